@@ -1,0 +1,53 @@
+/*
+ * fs.h - the FUSE side of ferryfs: command line, options, the daemon.
+ *
+ * fs/ is the only module that includes <fuse_lowlevel.h>. It links journal/,
+ * cache/ and remote/; nothing links fs/ but the ferryfs binary and tests.
+ */
+#ifndef FERRYFS_FS_H
+#define FERRYFS_FS_H
+
+#include <stdbool.h>
+
+struct fuse_args;
+
+/* What the command line asked for. Strings are malloc'ed; release with
+ * fs_opts_release(). */
+struct fs_opts {
+	char *remote;       /* REMOTE (first non-option argument) */
+	char *mountpoint;   /* MOUNTPOINT (second) */
+	bool foreground;    /* -f */
+	bool debug;         /* -d */
+	bool single_thread; /* -s */
+	bool show_help;     /* -h, --help */
+	bool show_version;  /* -V, --version */
+	double attr_timeout;     /* -o attr_timeout=SEC, default 1 */
+	double entry_timeout;    /* -o entry_timeout=SEC, default 1 */
+	double negative_timeout; /* -o negative_timeout=SEC, default 1 */
+	bool no_allow_other;     /* -o noallow_other: not even as root */
+	unsigned int max_threads;  /* -o max_threads=N, default 16 */
+	int clone_fd;              /* -o clone_fd (libfuse's) */
+	unsigned int max_idle_threads; /* -o max_idle_threads=N */
+};
+
+/*
+ * Parse argv (program name first; an optional "mount" verb after it) into
+ * @o. Options meant for libfuse's session (allow_other, ro, fsname...) stay
+ * in @args, to which the defaults ferryfs needs (default_permissions,
+ * fsname=REMOTE, subtype=ferryfs, allow_other when root) are added.
+ * Errors: -EINVAL with one line in @err (a missing argument, a bad value).
+ * Caller releases @args with fuse_opt_free_args() and @o with
+ * fs_opts_release().
+ */
+int fs_opts_parse(int argc, char *argv[], struct fuse_args *args,
+		  struct fs_opts *o, char *err, unsigned long errsize);
+void fs_opts_release(struct fs_opts *o);
+
+/* Print the usage text (ferryfs's and libfuse's options) to stdout. */
+void fs_usage(const char *progname);
+
+/* Run the daemon: open the remote, mount, serve until unmounted. Returns
+ * the process exit status (0 after a clean unmount). */
+int fs_run(struct fuse_args *args, const struct fs_opts *o);
+
+#endif

@@ -1,0 +1,155 @@
+/*
+ * fs_i.h - inside fs/: the inode table. Only the fs/ sources and tests/unit/test_fs.c
+ * include this file.
+ *
+ * The table maps what the kernel knows (a fuse_ino_t, with a lookup count)
+ * to what the remote knows (its (st_dev, st_ino) identity and the names under
+ * which we have seen the object). The remote interface is path based, so an
+ * inode's path is rebuilt from its links: (parent inode, name) pairs, most
+ * recently seen first. A hard-linked file has several links; a file that was
+ * unlinked but is still open has none and is reached through its handles.
+ *
+ * Invariants (fs_itab_assert_sane() checks them):
+ *  1. Each (dev, ino) key is in the hash at most once.
+ *  2. An inode is in the table while nlookup > 0 or refs > 0; refs counts
+ *     the links of other inodes naming it as parent, plus the open handles
+ *     of the inode itself. The root has a permanent extra ref.
+ *  3. A parent is never freed before its children: a link holds a ref.
+ *  4. Links of one inode are distinct (parent, name) pairs.
+ *
+ * Lifetime: fs_itab_lookup() creates or finds and adds a lookup;
+ * fs_itab_forget() drops lookups; when nlookup and refs are both 0 the inode
+ * is unlinked from its parents (dropping their refs) and freed.
+ *
+ * Locking: one mutex, itab->lock, protects every field marked so; no remote
+ * call and no fuse_reply_*() is made under it. Inode pointers stay valid for
+ * the duration of a FUSE request because the kernel holds a lookup on them.
+ */
+#ifndef FERRYFS_FS_I_H
+#define FERRYFS_FS_I_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+struct rmt_file;
+
+struct fs_link {
+	struct fs_inode *parent; /* holds a ref on parent */
+	struct fs_link *next;
+	char name[];
+};
+
+/* An open file: one per FUSE open/create, travels in fi->fh. */
+struct fs_handle {
+	struct rmt_file *file;  /* immutable */
+	struct fs_inode *inode; /* immutable, holds a ref */
+	bool append;            /* opened O_APPEND: writes go to EOF */
+	int write_err;          /* sticky deferred error, reported by flush;
+				   protected by itab->lock */
+	unsigned int refs;      /* release + borrowers; protected by itab->lock */
+	struct fs_handle *prev, *next; /* inode->handles, itab->lock */
+};
+
+struct fs_inode {
+	uint64_t dev, ino;  /* the remote identity: immutable */
+	mode_t type;        /* S_IFMT bits: immutable */
+	uint64_t nlookup;   /* kernel lookups; protected by itab->lock */
+	uint64_t refs;      /* see invariant 2; protected by itab->lock */
+	struct fs_link *links;      /* protected by itab->lock */
+	struct fs_handle *handles;  /* open handles; protected by itab->lock */
+	struct fs_inode *hnext;     /* hash chain; protected by itab->lock */
+	/* close-to-open: what size/mtime the kernel's page cache holds;
+	 * protected by itab->lock */
+	bool cache_known;
+	off_t cache_size;
+	struct timespec cache_mtime;
+	/* serialises O_APPEND writes of this process (size then write) */
+	pthread_mutex_t append_lock;
+};
+
+struct fs_itab;
+
+/* Make a table whose root has the identity of @root_st. Caller owns *out;
+ * free with fs_itab_free(). Errors: -ENOMEM. */
+int fs_itab_new(const struct stat *root_st, struct fs_itab **out);
+/* Free the table and every inode still in it. NULL is a no-op. */
+void fs_itab_free(struct fs_itab *t);
+
+struct fs_inode *fs_itab_root(struct fs_itab *t);
+/* Number of inodes in the table (root included). */
+size_t fs_itab_count(struct fs_itab *t);
+
+/*
+ * Record that @name in @parent is the object @st and add one kernel lookup
+ * (@nlookup_inc = 1, or 0 to only record the name). The link becomes the
+ * inode's first (preferred) one. An inode with the same key but another file
+ * type (a reused inode number) is replaced by a new inode.
+ * Errors: -ENOMEM (nothing changed).
+ */
+int fs_itab_lookup(struct fs_itab *t, struct fs_inode *parent,
+		   const char *name, const struct stat *st,
+		   uint64_t nlookup_inc, struct fs_inode **out);
+
+/* The remote inode number of @ino's (first) parent, for a ".." entry;
+ * @ino's own for the root or an inode with no name left. */
+uint64_t fs_itab_parent_ino(struct fs_itab *t, struct fs_inode *ino);
+
+/* Drop @n kernel lookups; may free the inode. */
+void fs_itab_forget(struct fs_itab *t, struct fs_inode *ino, uint64_t n);
+
+/* Find an inode by remote identity (no reference taken), or NULL. */
+struct fs_inode *fs_itab_find(struct fs_itab *t, dev_t dev, ino_t ino);
+
+/* The name (parent, name) no longer refers to the inode with this identity
+ * (after unlink/rmdir/rename-over). No-op if unknown. */
+void fs_itab_unlink(struct fs_itab *t, struct fs_inode *parent,
+		    const char *name, dev_t dev, ino_t ino);
+
+/*
+ * After a successful rename of (p1, n1) -> (p2, n2): the object with
+ * identity @k1 now lives at (p2, n2). Without @exchange, an object @k2 that
+ * was at (p2, n2) lost that name; with it, @k2 moved to (p1, n1). Identities
+ * not in the table are ignored. Errors: -ENOMEM (the table may then still
+ * name the old place; operations on it return -ESTALE until the next lookup).
+ */
+int fs_itab_rename(struct fs_itab *t, struct fs_inode *p1, const char *n1,
+		   const struct stat *k1, struct fs_inode *p2, const char *n2,
+		   const struct stat *k2, bool exchange);
+
+/*
+ * Write the remote path of @ino (followed by "/@name" if @name is not NULL)
+ * into buf. The root is "". Errors: -ESTALE (the inode has no name left, or
+ * the names form a loop), -ENAMETOOLONG.
+ */
+int fs_itab_path(struct fs_itab *t, struct fs_inode *ino, const char *name,
+		 char *buf, size_t size);
+
+/* Attach a new open handle to its inode: h->refs becomes 1 (owned by the
+ * kernel's open, dropped by release), and the inode gains a ref. */
+void fs_itab_handle_add(struct fs_itab *t, struct fs_handle *h);
+/* Borrow any open handle of @ino (refs + 1), or NULL: used for an unlinked
+ * but open file that has no path left. Give it back with handle_put. */
+struct fs_handle *fs_itab_handle_any(struct fs_itab *t, struct fs_inode *ino);
+/* Drop a ref. Returns true when it was the last: the handle is then detached
+ * from its inode (which may be freed) and the caller closes h->file and
+ * frees h. */
+bool fs_itab_handle_put(struct fs_itab *t, struct fs_handle *h);
+
+/*
+ * Close-to-open: the kernel's cached pages of @ino are still good if the
+ * remote size and mtime in @st match what they were at the last open.
+ * Records @st for the next open. Returns true to keep the cache.
+ */
+bool fs_itab_keep_cache(struct fs_itab *t, struct fs_inode *ino,
+			const struct stat *st);
+/* Writes through this mount keep the cache current: record the new size and
+ * mtime without invalidating. */
+void fs_itab_cache_update(struct fs_itab *t, struct fs_inode *ino,
+			  const struct stat *st);
+
+/* Check invariants 1-4; abort() with a BUG line if broken (tests). */
+void fs_itab_assert_sane(struct fs_itab *t);
+
+#endif

@@ -1,0 +1,1232 @@
+/*
+ * ops.c - the FUSE low-level operations of ferryfs, and the daemon loop.
+ *
+ * Today every operation goes straight through to the remote (write-through);
+ * the journal (journal/) will sit between these operations and remote/.
+ *
+ * Names: the kernel speaks fuse_ino_t; an inode is a struct fs_inode pointer
+ * (never persisted: the kernel forgets them all at unmount) and the root is
+ * FUSE_ROOT_ID. Each operation turns its inode into a remote path with
+ * fs_itab_path(); the remote interface is path based because NFS, SMB and the
+ * agent are.
+ *
+ * Rules:
+ *  1. An operation on an inode by path first checks that the path still
+ *     leads to the same remote object ((dev, ino) equal); if another writer
+ *     of the share replaced it, the operation fails with ESTALE instead of
+ *     touching the wrong file. Open files use their handle, not the path.
+ *  2. Objects created through the mount belong to the calling user and
+ *     group (the directory's group under a setgid directory), when the
+ *     daemon runs as root; the remote keeps what it set otherwise.
+ *  3. Errors are -errno inside; fuse_reply_err(req, -rc) converts them at
+ *     the FUSE boundary only. No lock is held across fuse_reply_*() or a
+ *     remote call.
+ *  4. Locks (flock, fcntl) are left to the kernel: they work between the
+ *     processes of this machine and are not sent to the share.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define FUSE_USE_VERSION 314
+#include <fuse_lowlevel.h>
+
+#include "fs.h"
+#include "fs_i.h"
+#include "log.h"
+#include "remote.h"
+
+_Static_assert(sizeof(fuse_ino_t) >= sizeof(uintptr_t),
+	       "fuse_ino_t must hold a pointer");
+
+#define FS_MAX_WRITE (1u << 20)
+
+struct fs {
+	struct rmt *rmt;         /* immutable after start */
+	struct fs_itab *itab;    /* immutable after start */
+	const struct fs_opts *o; /* immutable */
+	bool is_root;            /* the daemon runs as uid 0 */
+	bool use_fd;             /* the remote gives kernel fds: splice */
+	bool warned_chown;       /* protected by nothing: a benign race */
+};
+
+/* A directory listing, snapshot at opendir (and at rewind). */
+struct fs_dirent {
+	char *name;
+	struct stat st;
+	bool have_st;
+};
+
+struct fs_dir {
+	struct fs_dirent *e;
+	size_t n, cap;
+	bool listed; /* a readdir has run: offset 0 again means rewind */
+};
+
+static struct fs *fs_of(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static struct fs_inode *inode_of(struct fs *fs, fuse_ino_t ino)
+{
+	if (ino == FUSE_ROOT_ID)
+		return fs_itab_root(fs->itab);
+	return (struct fs_inode *)(uintptr_t)ino;
+}
+
+static fuse_ino_t ino_of(struct fs *fs, struct fs_inode *n)
+{
+	if (n == fs_itab_root(fs->itab))
+		return FUSE_ROOT_ID;
+	return (fuse_ino_t)(uintptr_t)n;
+}
+
+static struct fs_handle *handle_of(struct fuse_file_info *fi)
+{
+	return (struct fs_handle *)(uintptr_t)fi->fh;
+}
+
+static bool same_object(const struct fs_inode *n, const struct stat *st)
+{
+	return n->dev == (uint64_t)st->st_dev && n->ino == (uint64_t)st->st_ino;
+}
+
+/* Drop a handle ref; the last one closes the remote file. */
+static int handle_put(struct fs *fs, struct fs_handle *h)
+{
+	int rc = 0;
+
+	if (fs_itab_handle_put(fs->itab, h)) {
+		rc = rmt_file_close(h->file);
+		free(h);
+	}
+	return rc;
+}
+
+static void reply_err(fuse_req_t req, int rc)
+{
+	fuse_reply_err(req, rc < 0 ? -rc : EIO);
+}
+
+/* The remote path of ino (+ "/name"); PATH_MAX buffer. */
+static int path_of(struct fs *fs, fuse_ino_t ino, const char *name,
+		   char *buf)
+{
+	return fs_itab_path(fs->itab, inode_of(fs, ino), name, buf, PATH_MAX);
+}
+
+/*
+ * Attributes of an inode: through the open file if the kernel gave one,
+ * else by path with the identity check (rule 1), else (unlinked but open)
+ * through any open handle.
+ */
+static int inode_stat(struct fs *fs, struct fs_inode *n,
+		      struct fuse_file_info *fi, struct stat *st)
+{
+	char path[PATH_MAX];
+	struct fs_handle *h = NULL;
+	int rc;
+
+	if (fi && fi->fh)
+		return rmt_file_stat(handle_of(fi)->file, st);
+	rc = fs_itab_path(fs->itab, n, NULL, path, sizeof(path));
+	if (rc == 0) {
+		rc = rmt_stat(fs->rmt, path, st);
+		if (rc == 0 && !same_object(n, st))
+			rc = -ESTALE;
+	}
+	if (rc == -ESTALE || rc == -ENOENT) {
+		h = fs_itab_handle_any(fs->itab, n);
+		if (h) {
+			rc = rmt_file_stat(h->file, st);
+			handle_put(fs, h);
+		}
+	}
+	return rc;
+}
+
+/* Path of an inode whose remote object must still be the same one. */
+static int checked_path(struct fs *fs, struct fs_inode *n, char *path)
+{
+	struct stat st;
+	int rc = fs_itab_path(fs->itab, n, NULL, path, PATH_MAX);
+
+	if (rc < 0)
+		return rc;
+	rc = rmt_stat(fs->rmt, path, &st);
+	if (rc == 0 && !same_object(n, &st))
+		rc = -ESTALE;
+	return rc;
+}
+
+static void fill_entry(struct fs *fs, struct fuse_entry_param *e,
+		       struct fs_inode *n, const struct stat *st)
+{
+	memset(e, 0, sizeof(*e));
+	e->ino = ino_of(fs, n);
+	e->attr = *st;
+	e->attr_timeout = fs->o->attr_timeout;
+	e->entry_timeout = fs->o->entry_timeout;
+}
+
+/* Record (parent, name) -> st with one lookup and reply the entry. */
+static void reply_new_entry(fuse_req_t req, struct fs_inode *parent,
+			    const char *name, const struct stat *st)
+{
+	struct fs *fs = fs_of(req);
+	struct fuse_entry_param e;
+	struct fs_inode *n;
+	int rc = fs_itab_lookup(fs->itab, parent, name, st, 1, &n);
+
+	if (rc < 0) {
+		reply_err(req, rc);
+		return;
+	}
+	fill_entry(fs, &e, n, st);
+	if (fuse_reply_entry(req, &e) != 0)
+		fs_itab_forget(fs->itab, n, 1); /* the kernel never got it */
+}
+
+/*
+ * Rule 2: give a new object to the caller. Under a setgid directory the
+ * group is the directory's, which the remote already set.
+ */
+static int give_to_caller(struct fs *fs, fuse_req_t req, const char *parent,
+			  const char *path, struct rmt_file *f, mode_t mode)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct rmt_setattr sa = { 0 };
+	struct stat pst;
+	int rc;
+
+	if (!fs->is_root)
+		return 0;
+	rc = rmt_stat(fs->rmt, parent, &pst);
+	if (rc < 0)
+		return rc;
+	if (ctx->uid != 0) {
+		sa.set |= RMT_SET_UID;
+		sa.uid = ctx->uid;
+	}
+	if (!(pst.st_mode & S_ISGID) && ctx->gid != 0) {
+		sa.set |= RMT_SET_GID;
+		sa.gid = ctx->gid;
+	}
+	if (!sa.set)
+		return 0;
+	rc = rmt_setattr(fs->rmt, f ? NULL : path, f, &sa);
+	if (rc < 0) {
+		if (!fs->warned_chown) {
+			fs->warned_chown = true;
+			LOG_WARN("cannot give '%s' to uid %u gid %u: %s; "
+				 "the share keeps its own owner",
+				 path, (unsigned)ctx->uid, (unsigned)ctx->gid,
+				 strerror(-rc));
+		}
+		return 0;
+	}
+	/* chown clears setuid/setgid of a regular file: put them back */
+	if (S_ISREG(mode) && (mode & (S_ISUID | S_ISGID))) {
+		sa.set = RMT_SET_MODE;
+		sa.mode = mode & 07777;
+		rc = rmt_setattr(fs->rmt, f ? NULL : path, f, &sa);
+	}
+	return rc;
+}
+
+/* --- lookup and attributes -------------------------------------------- */
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	struct fs *fs = userdata;
+
+	if (conn->capable & FUSE_CAP_EXPORT_SUPPORT)
+		conn->want &= ~FUSE_CAP_EXPORT_SUPPORT;
+	if (fs->use_fd && (conn->capable & FUSE_CAP_SPLICE_WRITE))
+		conn->want |= FUSE_CAP_SPLICE_WRITE;
+	if (fs->use_fd && (conn->capable & FUSE_CAP_SPLICE_READ))
+		conn->want |= FUSE_CAP_SPLICE_READ;
+	/* locks stay in the kernel (rule 4) */
+	conn->want &= ~(FUSE_CAP_FLOCK_LOCKS | FUSE_CAP_POSIX_LOCKS);
+	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+	conn->max_write = FS_MAX_WRITE;
+	conn->max_readahead = FS_MAX_WRITE;
+	conn->time_gran = 1;
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct fs *fs = fs_of(req);
+	char path[PATH_MAX];
+	struct stat st;
+	int rc = path_of(fs, parent, name, path);
+
+	if (rc == 0)
+		rc = rmt_stat(fs->rmt, path, &st);
+	if (rc == -ENOENT && fs->o->negative_timeout > 0) {
+		struct fuse_entry_param e = {
+			.ino = 0,
+			.entry_timeout = fs->o->negative_timeout,
+		};
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	if (rc < 0) {
+		reply_err(req, rc);
+		return;
+	}
+	reply_new_entry(req, inode_of(fs, parent), name, &st);
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	struct fs *fs = fs_of(req);
+
+	fs_itab_forget(fs->itab, inode_of(fs, ino), nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count,
+			    struct fuse_forget_data *forgets)
+{
+	struct fs *fs = fs_of(req);
+	size_t i;
+
+	for (i = 0; i < count; i++)
+		fs_itab_forget(fs->itab, inode_of(fs, forgets[i].ino),
+			       forgets[i].nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino,
+		       struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct stat st;
+	int rc = inode_stat(fs, inode_of(fs, ino), fi, &st);
+
+	if (rc < 0)
+		reply_err(req, rc);
+	else
+		fuse_reply_attr(req, &st, fs->o->attr_timeout);
+}
+
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
+		       int to_set, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_inode *n = inode_of(fs, ino);
+	struct rmt_setattr sa = { 0 };
+	struct rmt_file *f = NULL;
+	struct fs_handle *borrowed = NULL;
+	char path[PATH_MAX];
+	const char *p = NULL;
+	struct stat st;
+	int rc;
+
+	if (to_set & FUSE_SET_ATTR_MODE) {
+		sa.set |= RMT_SET_MODE;
+		sa.mode = attr->st_mode & 07777;
+	}
+	if (to_set & FUSE_SET_ATTR_UID) {
+		sa.set |= RMT_SET_UID;
+		sa.uid = attr->st_uid;
+	}
+	if (to_set & FUSE_SET_ATTR_GID) {
+		sa.set |= RMT_SET_GID;
+		sa.gid = attr->st_gid;
+	}
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		sa.set |= RMT_SET_SIZE;
+		sa.size = attr->st_size;
+	}
+	if (to_set & FUSE_SET_ATTR_ATIME_NOW) {
+		sa.set |= RMT_SET_ATIME;
+		sa.atime.tv_nsec = UTIME_NOW;
+	} else if (to_set & FUSE_SET_ATTR_ATIME) {
+		sa.set |= RMT_SET_ATIME;
+		sa.atime = attr->st_atim;
+	}
+	if (to_set & FUSE_SET_ATTR_MTIME_NOW) {
+		sa.set |= RMT_SET_MTIME;
+		sa.mtime.tv_nsec = UTIME_NOW;
+	} else if (to_set & FUSE_SET_ATTR_MTIME) {
+		sa.set |= RMT_SET_MTIME;
+		sa.mtime = attr->st_mtim;
+	}
+
+	if (fi && fi->fh) {
+		f = handle_of(fi)->file;
+	} else {
+		rc = checked_path(fs, n, path);
+		if (rc == 0) {
+			p = path;
+		} else if (rc == -ESTALE || rc == -ENOENT) {
+			/* unlinked but open: work on the open file */
+			borrowed = fs_itab_handle_any(fs->itab, n);
+			if (!borrowed)
+				goto out_err;
+			f = borrowed->file;
+		} else {
+			goto out_err;
+		}
+	}
+	rc = sa.set ? rmt_setattr(fs->rmt, p, f, &sa) : 0;
+	if (rc == 0)
+		rc = f ? rmt_file_stat(f, &st) : rmt_stat(fs->rmt, p, &st);
+	if (borrowed)
+		handle_put(fs, borrowed);
+	if (rc < 0)
+		goto out_err;
+	if (sa.set & RMT_SET_SIZE)
+		fs_itab_cache_update(fs->itab, n, &st);
+	fuse_reply_attr(req, &st, fs->o->attr_timeout);
+	return;
+out_err:
+	reply_err(req, rc);
+}
+
+static void op_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	struct fs *fs = fs_of(req);
+	char path[PATH_MAX], target[PATH_MAX];
+	int rc = checked_path(fs, inode_of(fs, ino), path);
+
+	if (rc == 0)
+		rc = rmt_readlink(fs->rmt, path, target, sizeof(target));
+	if (rc < 0)
+		reply_err(req, rc);
+	else
+		fuse_reply_readlink(req, target);
+}
+
+/* --- namespace ------------------------------------------------------- */
+
+/* After a create-type call succeeded at path: owner, stat, reply. */
+static void finish_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+			  const char *path, mode_t mode)
+{
+	struct fs *fs = fs_of(req);
+	char ppath[PATH_MAX];
+	struct stat st;
+	int rc = path_of(fs, parent, NULL, ppath);
+
+	if (rc == 0)
+		rc = give_to_caller(fs, req, ppath, path, NULL, mode);
+	if (rc == 0)
+		rc = rmt_stat(fs->rmt, path, &st);
+	if (rc < 0) {
+		reply_err(req, rc);
+		return;
+	}
+	reply_new_entry(req, inode_of(fs, parent), name, &st);
+}
+
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
+		     mode_t mode, dev_t rdev)
+{
+	struct fs *fs = fs_of(req);
+	char path[PATH_MAX];
+	int rc = path_of(fs, parent, name, path);
+
+	if (rc == 0) {
+		if (S_ISREG(mode)) {
+			struct rmt_file *f;
+
+			rc = rmt_file_open(fs->rmt, path,
+					   O_CREAT | O_EXCL | O_WRONLY,
+					   mode & 07777, &f);
+			if (rc == 0)
+				rc = rmt_file_close(f);
+		} else if (S_ISFIFO(mode) || S_ISSOCK(mode)) {
+			rc = rmt_mknod(fs->rmt, path, mode, rdev);
+		} else {
+			rc = -EPERM; /* no device nodes on a share */
+		}
+	}
+	if (rc < 0) {
+		reply_err(req, rc);
+		return;
+	}
+	finish_create(req, parent, name, path, mode);
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
+		     mode_t mode)
+{
+	struct fs *fs = fs_of(req);
+	char path[PATH_MAX];
+	int rc = path_of(fs, parent, name, path);
+
+	if (rc == 0)
+		rc = rmt_mkdir(fs->rmt, path, mode & 07777);
+	if (rc < 0) {
+		reply_err(req, rc);
+		return;
+	}
+	finish_create(req, parent, name, path, S_IFDIR | mode);
+}
+
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
+		       const char *name)
+{
+	struct fs *fs = fs_of(req);
+	char path[PATH_MAX];
+	int rc = path_of(fs, parent, name, path);
+
+	if (rc == 0)
+		rc = rmt_symlink(fs->rmt, link, path);
+	if (rc < 0) {
+		reply_err(req, rc);
+		return;
+	}
+	finish_create(req, parent, name, path, S_IFLNK | 0777);
+}
+
+/* unlink or rmdir (dir = true) */
+static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
+			bool dir)
+{
+	struct fs *fs = fs_of(req);
+	char path[PATH_MAX];
+	struct stat st;
+	int rc = path_of(fs, parent, name, path);
+
+	if (rc == 0)
+		rc = rmt_stat(fs->rmt, path, &st);
+	if (rc == 0)
+		rc = dir ? rmt_rmdir(fs->rmt, path) : rmt_unlink(fs->rmt, path);
+	if (rc == 0)
+		fs_itab_unlink(fs->itab, inode_of(fs, parent), name, st.st_dev,
+			       st.st_ino);
+	fuse_reply_err(req, -rc);
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	remove_name(req, parent, name, false);
+}
+
+static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	remove_name(req, parent, name, true);
+}
+
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      fuse_ino_t newparent, const char *newname,
+		      unsigned int flags)
+{
+	struct fs *fs = fs_of(req);
+	char from[PATH_MAX], to[PATH_MAX];
+	struct stat k1, k2;
+	unsigned int rflags = 0;
+	bool have_k2;
+	int rc;
+
+	if (flags & ~(unsigned int)(RENAME_NOREPLACE | RENAME_EXCHANGE)) {
+		fuse_reply_err(req, EINVAL); /* RENAME_WHITEOUT */
+		return;
+	}
+	if (flags & RENAME_NOREPLACE)
+		rflags |= RMT_RENAME_NOREPLACE;
+	if (flags & RENAME_EXCHANGE)
+		rflags |= RMT_RENAME_EXCHANGE;
+	rc = path_of(fs, parent, name, from);
+	if (rc == 0)
+		rc = path_of(fs, newparent, newname, to);
+	if (rc == 0)
+		rc = rmt_stat(fs->rmt, from, &k1);
+	if (rc < 0) {
+		reply_err(req, rc);
+		return;
+	}
+	have_k2 = rmt_stat(fs->rmt, to, &k2) == 0;
+	rc = rmt_rename(fs->rmt, from, to, rflags);
+	if (rc == 0)
+		fs_itab_rename(fs->itab, inode_of(fs, parent), name, &k1,
+			       inode_of(fs, newparent), newname,
+			       have_k2 ? &k2 : NULL,
+			       (flags & RENAME_EXCHANGE) != 0);
+	fuse_reply_err(req, -rc);
+}
+
+static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
+		    const char *newname)
+{
+	struct fs *fs = fs_of(req);
+	char from[PATH_MAX], to[PATH_MAX];
+	struct stat st;
+	int rc = checked_path(fs, inode_of(fs, ino), from);
+
+	if (rc == 0)
+		rc = path_of(fs, newparent, newname, to);
+	if (rc == 0)
+		rc = rmt_link(fs->rmt, from, to);
+	if (rc == 0)
+		rc = rmt_stat(fs->rmt, to, &st);
+	if (rc < 0) {
+		reply_err(req, rc);
+		return;
+	}
+	reply_new_entry(req, inode_of(fs, newparent), newname, &st);
+}
+
+/* --- files ----------------------------------------------------------- */
+
+static int handle_new(struct fs *fs, struct fs_inode *n, struct rmt_file *f,
+		      int flags, struct fs_handle **out)
+{
+	struct fs_handle *h = calloc(1, sizeof(*h));
+
+	if (!h)
+		return -ENOMEM;
+	h->file = f;
+	h->inode = n;
+	h->append = (flags & O_APPEND) != 0;
+	fs_itab_handle_add(fs->itab, h);
+	*out = h;
+	return 0;
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_inode *n = inode_of(fs, ino);
+	struct fs_handle *h = NULL;
+	struct rmt_file *f;
+	char path[PATH_MAX];
+	struct stat st;
+	int rc = fs_itab_path(fs->itab, n, NULL, path, sizeof(path));
+
+	if (rc < 0)
+		goto out_err;
+	rc = rmt_file_open(fs->rmt, path, fi->flags & ~O_CREAT, 0, &f);
+	if (rc < 0)
+		goto out_err;
+	rc = rmt_file_stat(f, &st);
+	if (rc == 0 && !same_object(n, &st))
+		rc = -ESTALE; /* rule 1 */
+	if (rc == 0)
+		rc = handle_new(fs, n, f, fi->flags, &h);
+	if (rc < 0) {
+		rmt_file_close(f);
+		goto out_err;
+	}
+	/* close-to-open: keep the kernel's pages only if the file did not
+	 * change on the share since the last open */
+	fi->keep_cache = fs_itab_keep_cache(fs->itab, n, &st);
+	fi->fh = (uint64_t)(uintptr_t)h;
+	if (fuse_reply_open(req, fi) != 0)
+		handle_put(fs, h);
+	return;
+out_err:
+	reply_err(req, rc);
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      mode_t mode, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct fuse_entry_param e;
+	char path[PATH_MAX], ppath[PATH_MAX];
+	struct fs_inode *n;
+	struct fs_handle *h = NULL;
+	struct rmt_file *f;
+	bool created = true;
+	struct stat st;
+	int rc = path_of(fs, parent, name, path);
+
+	if (rc < 0)
+		goto out_err;
+	/* O_EXCL first, so an object that appeared meanwhile on the share
+	 * is opened, not given away to the caller */
+	rc = rmt_file_open(fs->rmt, path, fi->flags | O_CREAT | O_EXCL,
+			   mode & 07777, &f);
+	if (rc == -EEXIST && !(fi->flags & O_EXCL)) {
+		created = false;
+		rc = rmt_file_open(fs->rmt, path, fi->flags & ~O_CREAT, 0, &f);
+	}
+	if (rc < 0)
+		goto out_err;
+	if (created) {
+		rc = path_of(fs, parent, NULL, ppath);
+		if (rc == 0)
+			rc = give_to_caller(fs, req, ppath, path, f,
+					    S_IFREG | mode);
+	}
+	if (rc == 0)
+		rc = rmt_file_stat(f, &st);
+	if (rc == 0)
+		rc = fs_itab_lookup(fs->itab, inode_of(fs, parent), name, &st,
+				    1, &n);
+	if (rc < 0) {
+		rmt_file_close(f);
+		goto out_err;
+	}
+	rc = handle_new(fs, n, f, fi->flags, &h);
+	if (rc < 0) {
+		rmt_file_close(f);
+		fs_itab_forget(fs->itab, n, 1);
+		goto out_err;
+	}
+	fs_itab_keep_cache(fs->itab, n, &st);
+	fill_entry(fs, &e, n, &st);
+	fi->fh = (uint64_t)(uintptr_t)h;
+	if (fuse_reply_create(req, &e, fi) != 0) {
+		handle_put(fs, h);
+		fs_itab_forget(fs->itab, n, 1);
+	}
+	return;
+out_err:
+	reply_err(req, rc);
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_handle *h = handle_of(fi);
+	int fd = fs->use_fd ? rmt_file_fd(h->file) : -1;
+	ssize_t n;
+	char *buf;
+
+	(void)ino;
+	if (fd >= 0) {
+		/* let libfuse splice from the file into /dev/fuse */
+		struct fuse_bufvec bv = FUSE_BUFVEC_INIT(size);
+
+		bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+		bv.buf[0].fd = fd;
+		bv.buf[0].pos = off;
+		fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
+		return;
+	}
+	buf = malloc(size ? size : 1);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	n = rmt_file_pread(h->file, buf, size, off);
+	if (n < 0)
+		reply_err(req, (int)n);
+	else
+		fuse_reply_buf(req, buf, (size_t)n);
+	free(buf);
+}
+
+static void op_write_buf(fuse_req_t req, fuse_ino_t ino,
+			 struct fuse_bufvec *in, off_t off,
+			 struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_handle *h = handle_of(fi);
+	size_t size = fuse_buf_size(in);
+	int fd = fs->use_fd ? rmt_file_fd(h->file) : -1;
+	struct fuse_bufvec out = FUSE_BUFVEC_INIT(size);
+	struct stat st;
+	ssize_t rc = 0;
+	char *buf = NULL;
+
+	(void)ino;
+	if (h->append) {
+		/* O_APPEND without writeback cache: the filesystem puts each
+		 * write at the end of the file */
+		pthread_mutex_lock(&h->inode->append_lock);
+		rc = rmt_file_stat(h->file, &st);
+		off = st.st_size;
+	}
+	if (rc < 0)
+		goto out_unlock;
+	if (fd >= 0) {
+		out.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK |
+				   FUSE_BUF_FD_RETRY;
+		out.buf[0].fd = fd;
+		out.buf[0].pos = off;
+		rc = fuse_buf_copy(&out, in, 0);
+		if (rc >= 0 && (size_t)rc != size)
+			rc = -EIO;
+	} else {
+		buf = malloc(size ? size : 1);
+		if (!buf) {
+			rc = -ENOMEM;
+			goto out_unlock;
+		}
+		out.buf[0].mem = buf;
+		rc = fuse_buf_copy(&out, in, 0);
+		if (rc >= 0)
+			rc = rmt_file_pwrite(h->file, buf, (size_t)rc, off);
+	}
+out_unlock:
+	if (h->append)
+		pthread_mutex_unlock(&h->inode->append_lock);
+	free(buf);
+	if (rc < 0)
+		reply_err(req, (int)rc);
+	else
+		fuse_reply_write(req, (size_t)rc);
+}
+
+/* close(2) of a descriptor: report deferred errors (sticky, once). */
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_handle *h = handle_of(fi);
+	struct stat st;
+	int rc;
+
+	(void)ino;
+	rc = rmt_file_flush(h->file);
+	if (rc == 0 && rmt_file_stat(h->file, &st) == 0)
+		fs_itab_cache_update(fs->itab, h->inode, &st);
+	fuse_reply_err(req, -rc);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino,
+		       struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+
+	(void)ino;
+	handle_put(fs, handle_of(fi));
+	fuse_reply_err(req, 0);
+}
+
+static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+		     struct fuse_file_info *fi)
+{
+	(void)ino;
+	fuse_reply_err(req, -rmt_file_fsync(handle_of(fi)->file, datasync));
+}
+
+static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off,
+			 off_t len, struct fuse_file_info *fi)
+{
+	(void)ino;
+	fuse_reply_err(req, -rmt_file_fallocate(handle_of(fi)->file, mode, off,
+						len));
+}
+
+static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
+		     struct fuse_file_info *fi)
+{
+	off_t res;
+
+	(void)ino;
+	if (whence != SEEK_DATA && whence != SEEK_HOLE) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	res = rmt_file_seek(handle_of(fi)->file, off, whence);
+	if (res < 0)
+		reply_err(req, (int)res);
+	else
+		fuse_reply_lseek(req, res);
+}
+
+static void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in,
+			       off_t off_in, struct fuse_file_info *fi_in,
+			       fuse_ino_t ino_out, off_t off_out,
+			       struct fuse_file_info *fi_out, size_t len,
+			       int flags)
+{
+	ssize_t n;
+
+	(void)ino_in;
+	(void)ino_out;
+	if (flags) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	n = rmt_file_copy(handle_of(fi_in)->file, off_in,
+			  handle_of(fi_out)->file, off_out, len);
+	if (n < 0)
+		reply_err(req, (int)n);
+	else
+		fuse_reply_write(req, (size_t)n);
+}
+
+/* --- directories ----------------------------------------------------- */
+
+static void dir_clear(struct fs_dir *d)
+{
+	size_t i;
+
+	for (i = 0; i < d->n; i++)
+		free(d->e[i].name);
+	d->n = 0;
+}
+
+static int dir_add(const char *name, const struct stat *st, void *arg)
+{
+	struct fs_dir *d = arg;
+	struct fs_dirent *e;
+
+	if (d->n == d->cap) {
+		size_t cap = d->cap ? d->cap * 2 : 64;
+		struct fs_dirent *ne = realloc(d->e, cap * sizeof(*ne));
+
+		if (!ne)
+			return -ENOMEM;
+		d->e = ne;
+		d->cap = cap;
+	}
+	e = &d->e[d->n];
+	e->name = strdup(name);
+	if (!e->name)
+		return -ENOMEM;
+	e->have_st = st != NULL;
+	if (st)
+		e->st = *st;
+	d->n++;
+	return 0;
+}
+
+static int dir_fill(struct fs *fs, fuse_ino_t ino, struct fs_dir *d)
+{
+	char path[PATH_MAX];
+	int rc = checked_path(fs, inode_of(fs, ino), path);
+
+	dir_clear(d);
+	if (rc == 0)
+		rc = rmt_readdir(fs->rmt, path, dir_add, d);
+	return rc;
+}
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino,
+		       struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_dir *d = calloc(1, sizeof(*d));
+	int rc = d ? dir_fill(fs, ino, d) : -ENOMEM;
+
+	if (rc < 0) {
+		if (d) {
+			dir_clear(d);
+			free(d->e);
+			free(d);
+		}
+		reply_err(req, rc);
+		return;
+	}
+	fi->fh = (uint64_t)(uintptr_t)d;
+	fi->cache_readdir = 0;
+	if (fuse_reply_open(req, fi) != 0) {
+		dir_clear(d);
+		free(d->e);
+		free(d);
+	}
+}
+
+/*
+ * Offsets: 0 -> ".", 1 -> "..", 2 + i -> entry i; an entry's offset field
+ * is the offset of the next one. The kernel serialises readdir calls on one
+ * open directory, so the snapshot needs no lock.
+ */
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi, bool plus)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_dir *d = (struct fs_dir *)(uintptr_t)fi->fh;
+	char *buf = malloc(size), *p = buf;
+	size_t rem = size;
+	int rc = 0;
+
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	if (off == 0 && d->listed)
+		rc = dir_fill(fs, ino, d); /* rewinddir: a fresh listing */
+	d->listed = true;
+	for (; rc == 0 && (size_t)off < d->n + 2; off++) {
+		struct fuse_entry_param e = { 0 };
+		struct fs_inode *n = NULL;
+		const char *name;
+		size_t len;
+
+		if (off < 2) {
+			name = off == 0 ? "." : "..";
+			e.attr.st_mode = S_IFDIR;
+			e.attr.st_ino =
+				off == 0 ? inode_of(fs, ino)->ino
+					 : fs_itab_parent_ino(fs->itab,
+							      inode_of(fs, ino));
+		} else {
+			struct fs_dirent *de = &d->e[off - 2];
+
+			if (!de->have_st)
+				continue; /* vanished while listing */
+			name = de->name;
+			e.attr = de->st;
+		}
+		if (!plus) {
+			len = fuse_add_direntry(req, p, rem, name, &e.attr,
+						off + 1);
+		} else {
+			if (off >= 2) {
+				struct stat st = e.attr;
+
+				rc = fs_itab_lookup(fs->itab,
+						    inode_of(fs, ino), name,
+						    &st, 1, &n);
+				if (rc < 0)
+					break;
+				fill_entry(fs, &e, n, &st);
+			}
+			len = fuse_add_direntry_plus(req, p, rem, name, &e,
+						     off + 1);
+		}
+		if (len > rem) {
+			if (n)
+				fs_itab_forget(fs->itab, n, 1);
+			break;
+		}
+		p += len;
+		rem -= len;
+	}
+	if (rc < 0 && p == buf)
+		reply_err(req, rc);
+	else
+		fuse_reply_buf(req, buf, size - rem);
+	free(buf);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, fi, false);
+}
+
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
+			   off_t off, struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, fi, true);
+}
+
+static void op_releasedir(fuse_req_t req, fuse_ino_t ino,
+			  struct fuse_file_info *fi)
+{
+	struct fs_dir *d = (struct fs_dir *)(uintptr_t)fi->fh;
+
+	(void)ino;
+	dir_clear(d);
+	free(d->e);
+	free(d);
+	fuse_reply_err(req, 0);
+}
+
+static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
+			struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	char path[PATH_MAX];
+	int rc = checked_path(fs, inode_of(fs, ino), path);
+
+	(void)datasync;
+	(void)fi;
+	if (rc == 0)
+		rc = rmt_syncdir(fs->rmt, path);
+	fuse_reply_err(req, -rc);
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct fs *fs = fs_of(req);
+	struct statvfs sv;
+	int rc = rmt_statfs(fs->rmt, &sv);
+
+	(void)ino;
+	if (rc < 0)
+		reply_err(req, rc);
+	else
+		fuse_reply_statfs(req, &sv);
+}
+
+/* --- extended attributes --------------------------------------------- */
+
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			const char *value, size_t size, int flags)
+{
+	struct fs *fs = fs_of(req);
+	char path[PATH_MAX];
+	int rc = checked_path(fs, inode_of(fs, ino), path);
+
+	if (rc == 0)
+		rc = rmt_setxattr(fs->rmt, path, name, value, size, flags);
+	fuse_reply_err(req, -rc);
+}
+
+/* getxattr / listxattr share the size-0 probe protocol */
+static void reply_xattr_result(fuse_req_t req, ssize_t n, const char *buf,
+			       size_t size)
+{
+	if (n < 0)
+		reply_err(req, (int)n);
+	else if (size == 0)
+		fuse_reply_xattr(req, (size_t)n);
+	else
+		fuse_reply_buf(req, buf, (size_t)n);
+}
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			size_t size)
+{
+	struct fs *fs = fs_of(req);
+	char path[PATH_MAX];
+	char *buf = size ? malloc(size) : NULL;
+	ssize_t n = (size && !buf) ? -ENOMEM
+				   : checked_path(fs, inode_of(fs, ino), path);
+
+	if (n == 0)
+		n = rmt_getxattr(fs->rmt, path, name, buf, size);
+	reply_xattr_result(req, n, buf, size);
+	free(buf);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct fs *fs = fs_of(req);
+	char path[PATH_MAX];
+	char *buf = size ? malloc(size) : NULL;
+	ssize_t n = (size && !buf) ? -ENOMEM
+				   : checked_path(fs, inode_of(fs, ino), path);
+
+	if (n == 0)
+		n = rmt_listxattr(fs->rmt, path, buf, size);
+	reply_xattr_result(req, n, buf, size);
+	free(buf);
+}
+
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	struct fs *fs = fs_of(req);
+	char path[PATH_MAX];
+	int rc = checked_path(fs, inode_of(fs, ino), path);
+
+	if (rc == 0)
+		rc = rmt_removexattr(fs->rmt, path, name);
+	fuse_reply_err(req, -rc);
+}
+
+static const struct fuse_lowlevel_ops fs_ops = {
+	.init = op_init,
+	.lookup = op_lookup,
+	.forget = op_forget,
+	.forget_multi = op_forget_multi,
+	.getattr = op_getattr,
+	.setattr = op_setattr,
+	.readlink = op_readlink,
+	.mknod = op_mknod,
+	.mkdir = op_mkdir,
+	.unlink = op_unlink,
+	.rmdir = op_rmdir,
+	.symlink = op_symlink,
+	.rename = op_rename,
+	.link = op_link,
+	.open = op_open,
+	.read = op_read,
+	.write_buf = op_write_buf,
+	.flush = op_flush,
+	.release = op_release,
+	.fsync = op_fsync,
+	.opendir = op_opendir,
+	.readdir = op_readdir,
+	.readdirplus = op_readdirplus,
+	.releasedir = op_releasedir,
+	.fsyncdir = op_fsyncdir,
+	.statfs = op_statfs,
+	.setxattr = op_setxattr,
+	.getxattr = op_getxattr,
+	.listxattr = op_listxattr,
+	.removexattr = op_removexattr,
+	.create = op_create,
+	.fallocate = op_fallocate,
+	.lseek = op_lseek,
+	.copy_file_range = op_copy_file_range,
+};
+
+/* --- the daemon ------------------------------------------------------ */
+
+int fs_run(struct fuse_args *args, const struct fs_opts *o)
+{
+	struct fs fs = { .o = o, .is_root = geteuid() == 0 };
+	struct fuse_loop_config *cfg = NULL;
+	struct fuse_session *se;
+	struct stat st;
+	int rc, status = 1;
+
+	umask(0); /* the kernel already applied the caller's umask */
+	rc = rmt_open(o->remote, NULL, &fs.rmt);
+	if (rc < 0) {
+		fprintf(stderr, "ferryfs: cannot open remote '%s': %s\n",
+			o->remote, strerror(-rc));
+		return 1;
+	}
+	if (!(rmt_caps(fs.rmt) & RMT_CAP_THREADSAFE)) {
+		fprintf(stderr, "ferryfs: remote '%s' needs one connection per "
+				"thread, which is not supported yet\n",
+			o->remote);
+		goto out_rmt;
+	}
+	fs.use_fd = (rmt_caps(fs.rmt) & RMT_CAP_FD) != 0;
+	rc = rmt_stat(fs.rmt, "", &st);
+	if (rc == 0)
+		rc = fs_itab_new(&st, &fs.itab);
+	if (rc < 0) {
+		fprintf(stderr, "ferryfs: cannot read remote '%s': %s\n",
+			o->remote, strerror(-rc));
+		goto out_rmt;
+	}
+	rc = stat(o->mountpoint, &st) < 0 ? errno
+	     : !S_ISDIR(st.st_mode)        ? ENOTDIR
+					   : 0;
+	if (rc) {
+		fprintf(stderr, "ferryfs: cannot mount on '%s': %s\n",
+			o->mountpoint, strerror(rc));
+		goto out_itab;
+	}
+	se = fuse_session_new(args, &fs_ops, sizeof(fs_ops), &fs);
+	if (!se)
+		goto out_itab; /* libfuse said why, in one line */
+	if (fuse_set_signal_handlers(se) != 0)
+		goto out_session;
+	if (fuse_session_mount(se, o->mountpoint) != 0)
+		goto out_signals;
+	if (!o->foreground) {
+		log_to_syslog();
+	}
+	if (fuse_daemonize(o->foreground) != 0)
+		goto out_unmount;
+	if (o->single_thread) {
+		rc = fuse_session_loop(se);
+	} else {
+		cfg = fuse_loop_cfg_create();
+		if (!cfg)
+			goto out_unmount;
+		fuse_loop_cfg_set_clone_fd(cfg, (unsigned int)o->clone_fd);
+		fuse_loop_cfg_set_idle_threads(cfg, o->max_idle_threads);
+		fuse_loop_cfg_set_max_threads(cfg, o->max_threads);
+		rc = fuse_session_loop_mt(se, cfg);
+		fuse_loop_cfg_destroy(cfg);
+	}
+	status = rc == 0 ? 0 : 1;
+out_unmount:
+	fuse_session_unmount(se);
+out_signals:
+	fuse_remove_signal_handlers(se);
+out_session:
+	fuse_session_destroy(se);
+out_itab:
+	fs_itab_free(fs.itab);
+out_rmt:
+	rmt_close(fs.rmt);
+	return status;
+}

@@ -1,0 +1,232 @@
+/*
+ * opts.c - the command line of ferryfs (see fs.h).
+ *
+ *   ferryfs [mount] REMOTE MOUNTPOINT [-f] [-d] [-s] [-o opt[,opt...]]
+ *
+ * The second form without "mount" is what mount.fuse3 runs for an fstab
+ * line of type fuse.ferryfs. Our own options are taken out of the argument
+ * list; libfuse's session options (allow_other, ro, max_read...) stay in it
+ * and fuse_session_new() rejects any it does not know, with one line.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define FUSE_USE_VERSION 314
+#include <fuse_lowlevel.h>
+#include <fuse_opt.h>
+
+#include "fs.h"
+
+enum {
+	KEY_HELP,
+	KEY_VERSION,
+	KEY_DEBUG,
+	KEY_FOREGROUND,
+};
+
+#define OPT(t, field) { t, offsetof(struct fs_opts, field), 1 }
+#define OPTV(t, field) { t, offsetof(struct fs_opts, field), 0 }
+
+static const struct fuse_opt opt_spec[] = {
+	FUSE_OPT_KEY("-h", KEY_HELP),
+	FUSE_OPT_KEY("--help", KEY_HELP),
+	FUSE_OPT_KEY("-V", KEY_VERSION),
+	FUSE_OPT_KEY("--version", KEY_VERSION),
+	FUSE_OPT_KEY("-d", KEY_DEBUG),
+	FUSE_OPT_KEY("debug", KEY_DEBUG),
+	FUSE_OPT_KEY("-f", KEY_FOREGROUND),
+	OPT("-s", single_thread),
+	OPT("clone_fd", clone_fd),
+	OPTV("max_idle_threads=%u", max_idle_threads),
+	OPTV("max_threads=%u", max_threads),
+	OPTV("attr_timeout=%lf", attr_timeout),
+	OPTV("entry_timeout=%lf", entry_timeout),
+	OPTV("negative_timeout=%lf", negative_timeout),
+	OPT("noallow_other", no_allow_other),
+	FUSE_OPT_END
+};
+
+/* fuse_opt_parse() stores options at offsets of struct fs_opts in its data
+ * pointer, so the options come first */
+struct parse_ctx {
+	struct fs_opts o;
+	char *err;
+	unsigned long errsize;
+	int rc;
+};
+
+static int opt_proc(void *data, const char *arg, int key,
+		    struct fuse_args *outargs)
+{
+	struct parse_ctx *c = data;
+	struct fs_opts *o = &c->o;
+
+	(void)outargs;
+	switch (key) {
+	case KEY_HELP:
+		o->show_help = true;
+		return 0;
+	case KEY_VERSION:
+		o->show_version = true;
+		return 0;
+	case KEY_DEBUG:
+		o->debug = true;
+		o->foreground = true;
+		return 1; /* keep: libfuse then prints every request */
+	case KEY_FOREGROUND:
+		o->foreground = true;
+		return 0;
+	case FUSE_OPT_KEY_NONOPT: {
+		char **slot = !o->remote       ? &o->remote
+			      : !o->mountpoint ? &o->mountpoint
+					       : NULL;
+
+		if (!slot) {
+			snprintf(c->err, c->errsize,
+				 "unexpected argument '%s'", arg);
+			c->rc = -EINVAL;
+			return -1;
+		}
+		*slot = strdup(arg);
+		if (!*slot) {
+			c->rc = -ENOMEM;
+			return -1;
+		}
+		return 0;
+	}
+	default:
+		return 1;
+	}
+}
+
+static int parse_into(struct parse_ctx *cp, int argc, char *argv[],
+		      struct fuse_args *args)
+{
+	struct fs_opts *o = &cp->o;
+	char *err = cp->err;
+	unsigned long errsize = cp->errsize;
+	int i;
+
+	o->attr_timeout = 1.0;
+	o->entry_timeout = 1.0;
+	o->negative_timeout = 1.0;
+	o->max_threads = 16;
+	o->max_idle_threads = 8;
+	if (errsize)
+		err[0] = '\0';
+
+	args->argc = 0;
+	args->argv = NULL;
+	args->allocated = 0;
+	for (i = 0; i < argc; i++) {
+		/* the "mount" verb is optional: "ferryfs mount R M" */
+		if (i == 1 && !strcmp(argv[i], "mount"))
+			continue;
+		if (fuse_opt_add_arg(args, argv[i]) < 0)
+			return -ENOMEM;
+	}
+	if (fuse_opt_parse(args, cp, opt_spec, opt_proc) < 0) {
+		if (!cp->rc) {
+			/* fuse_opt_parse already printed its reason */
+			snprintf(err, errsize, "cannot parse the options");
+			cp->rc = -EINVAL;
+		}
+		return cp->rc;
+	}
+	if (o->show_help || o->show_version)
+		return 0;
+	if (!o->remote || !o->mountpoint) {
+		snprintf(err, errsize, "%s",
+			 !o->remote ? "missing REMOTE and MOUNTPOINT "
+				      "(try 'ferryfs --help')"
+				    : "missing MOUNTPOINT (try 'ferryfs --help')");
+		return -EINVAL;
+	}
+	if (o->attr_timeout < 0 || o->entry_timeout < 0 ||
+	    o->negative_timeout < 0) {
+		snprintf(err, errsize, "timeouts must not be negative");
+		return -EINVAL;
+	}
+	if (o->max_threads < 1 || o->max_threads > 1024) {
+		snprintf(err, errsize, "max_threads must be 1..1024");
+		return -EINVAL;
+	}
+
+	if (fuse_opt_add_arg(args, "-odefault_permissions") < 0 ||
+	    fuse_opt_add_arg(args, "-osubtype=ferryfs") < 0)
+		return -ENOMEM;
+	{
+		char *esc = NULL, *fsname = NULL;
+		int rc;
+
+		/* fsname=REMOTE, with commas and backslashes escaped */
+		if (fuse_opt_add_opt_escaped(&esc, o->remote) < 0)
+			return -ENOMEM;
+		rc = asprintf(&fsname, "-ofsname=%s", esc);
+		free(esc);
+		if (rc < 0)
+			return -ENOMEM;
+		rc = fuse_opt_add_arg(args, fsname);
+		free(fsname);
+		if (rc < 0)
+			return -ENOMEM;
+	}
+	if (geteuid() == 0 && !o->no_allow_other &&
+	    fuse_opt_add_arg(args, "-oallow_other") < 0)
+		return -ENOMEM;
+	return 0;
+}
+
+int fs_opts_parse(int argc, char *argv[], struct fuse_args *args,
+		  struct fs_opts *o, char *err, unsigned long errsize)
+{
+	struct parse_ctx c = { .err = err, .errsize = errsize };
+	int rc = parse_into(&c, argc, argv, args);
+
+	*o = c.o;
+	return rc;
+}
+
+void fs_opts_release(struct fs_opts *o)
+{
+	free(o->remote);
+	free(o->mountpoint);
+	o->remote = NULL;
+	o->mountpoint = NULL;
+}
+
+void fs_usage(const char *progname)
+{
+	printf("usage: %s mount REMOTE MOUNTPOINT [options]\n"
+	       "       %s REMOTE MOUNTPOINT [options]   (mount.fuse3, fstab)\n"
+	       "\n"
+	       "Mount the share REMOTE (a mounted directory) at MOUNTPOINT.\n"
+	       "\n"
+	       "general options:\n"
+	       "    -h, --help             print this help\n"
+	       "    -V, --version          print the version\n"
+	       "    -f                     stay in the foreground\n"
+	       "    -d, -o debug           debug output (implies -f)\n"
+	       "    -s                     single-threaded\n"
+	       "\n"
+	       "ferryfs options:\n"
+	       "    -o attr_timeout=SEC    cache attributes for SEC (1)\n"
+	       "    -o entry_timeout=SEC   cache names for SEC (1)\n"
+	       "    -o negative_timeout=SEC  cache 'no such file' for SEC (1)\n"
+	       "    -o noallow_other       as root, do not add allow_other\n"
+	       "    -o max_threads=N       at most N worker threads (16)\n"
+	       "    -o max_idle_threads=N  keep N idle threads (8)\n"
+	       "    -o clone_fd            one /dev/fuse fd per thread\n"
+	       "\n"
+	       "Run as root, ferryfs adds allow_other; it always adds\n"
+	       "default_permissions (the kernel checks access) and\n"
+	       "fsname=REMOTE,subtype=ferryfs.\n"
+	       "\n"
+	       "FUSE options:\n",
+	       progname, progname);
+	fuse_lowlevel_help();
+}

@@ -1,0 +1,342 @@
+/*
+ * remote.c - the remote interface: path checks and dispatch to the driver.
+ *
+ * Invariants:
+ *  1. No path reaches a driver unless rmt_path_check() accepted it; the root
+ *     is "". So a driver never sees "..", "." or an absolute path.
+ *  2. Drivers return -errno; nothing here rewrites their errors.
+ *
+ * Callers: fs/ today; journal/ and cache/ later (see remote.h).
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "remote_i.h"
+
+int rmt_path_check(const char *path)
+{
+	const char *p = path;
+	size_t len;
+
+	if (!path)
+		return -EINVAL;
+	len = strlen(path);
+	if (len == 0)
+		return 0;
+	if (len >= PATH_MAX)
+		return -ENAMETOOLONG;
+	for (;;) {
+		const char *slash = strchr(p, '/');
+		size_t n = slash ? (size_t)(slash - p) : strlen(p);
+
+		if (n == 0)
+			return -EINVAL; /* leading, trailing or double '/' */
+		if (n > NAME_MAX)
+			return -ENAMETOOLONG;
+		if ((n == 1 && p[0] == '.') ||
+		    (n == 2 && p[0] == '.' && p[1] == '.'))
+			return -EINVAL;
+		if (!slash)
+			return 0;
+		p = slash + 1;
+	}
+}
+
+int rmt_open(const char *spec, const char *opts, struct rmt **out)
+{
+	*out = NULL;
+	if (!spec || !*spec)
+		return -EINVAL;
+	if (strstr(spec, "://")) {
+		/* nfs:// and smb:// drivers come with their issue */
+		return -EPROTONOSUPPORT;
+	}
+	return rmt_path_open(spec, opts, out);
+}
+
+void rmt_close(struct rmt *r)
+{
+	char *id;
+
+	if (!r)
+		return;
+	id = r->id;
+	r->ops->close(r);
+	free(id);
+}
+
+unsigned int rmt_caps(const struct rmt *r)
+{
+	return r->caps;
+}
+
+const char *rmt_id(const struct rmt *r)
+{
+	return r->id;
+}
+
+#define CHECK(path)                                   \
+	do {                                          \
+		int check_rc_ = rmt_path_check(path); \
+		if (check_rc_ < 0)                    \
+			return check_rc_;             \
+	} while (0)
+
+int rmt_stat(struct rmt *r, const char *path, struct stat *st)
+{
+	CHECK(path);
+	return r->ops->stat(r, path, st);
+}
+
+int rmt_statfs(struct rmt *r, struct statvfs *sv)
+{
+	return r->ops->statfs(r, sv);
+}
+
+int rmt_readdir(struct rmt *r, const char *path, rmt_dirent_fn fn, void *arg)
+{
+	CHECK(path);
+	return r->ops->readdir(r, path, fn, arg);
+}
+
+int rmt_mkdir(struct rmt *r, const char *path, mode_t mode)
+{
+	CHECK(path);
+	if (!*path)
+		return -EEXIST;
+	return r->ops->mkdir(r, path, mode);
+}
+
+int rmt_syncdir(struct rmt *r, const char *path)
+{
+	CHECK(path);
+	if (!r->ops->syncdir)
+		return 0;
+	return r->ops->syncdir(r, path);
+}
+
+int rmt_rmdir(struct rmt *r, const char *path)
+{
+	CHECK(path);
+	if (!*path)
+		return -EBUSY;
+	return r->ops->rmdir(r, path);
+}
+
+int rmt_unlink(struct rmt *r, const char *path)
+{
+	CHECK(path);
+	if (!*path)
+		return -EISDIR;
+	return r->ops->unlink(r, path);
+}
+
+int rmt_mknod(struct rmt *r, const char *path, mode_t mode, dev_t rdev)
+{
+	CHECK(path);
+	if (!*path)
+		return -EEXIST;
+	if (!S_ISFIFO(mode) && !S_ISSOCK(mode))
+		return -EPERM;
+	return r->ops->mknod(r, path, mode, rdev);
+}
+
+int rmt_symlink(struct rmt *r, const char *target, const char *path)
+{
+	CHECK(path);
+	if (!*path)
+		return -EEXIST;
+	if (!target || !*target)
+		return -ENOENT;
+	return r->ops->symlink(r, target, path);
+}
+
+int rmt_readlink(struct rmt *r, const char *path, char *buf, size_t size)
+{
+	CHECK(path);
+	if (size == 0)
+		return -EINVAL;
+	return r->ops->readlink(r, path, buf, size);
+}
+
+int rmt_link(struct rmt *r, const char *from, const char *to)
+{
+	CHECK(from);
+	CHECK(to);
+	if (!*to)
+		return -EEXIST;
+	if (!*from)
+		return -EPERM;
+	return r->ops->link(r, from, to);
+}
+
+int rmt_rename(struct rmt *r, const char *from, const char *to,
+	       unsigned int flags)
+{
+	CHECK(from);
+	CHECK(to);
+	if (!*from || !*to)
+		return -EBUSY;
+	if (flags & ~(unsigned int)(RMT_RENAME_NOREPLACE | RMT_RENAME_EXCHANGE))
+		return -EINVAL;
+	if ((flags & RMT_RENAME_NOREPLACE) && (flags & RMT_RENAME_EXCHANGE))
+		return -EINVAL;
+	return r->ops->rename(r, from, to, flags);
+}
+
+int rmt_setattr(struct rmt *r, const char *path, struct rmt_file *f,
+		const struct rmt_setattr *sa)
+{
+	if (!f)
+		CHECK(path);
+	else if (path)
+		CHECK(path);
+	return r->ops->setattr(r, path, f, sa);
+}
+
+ssize_t rmt_getxattr(struct rmt *r, const char *path, const char *name,
+		     void *buf, size_t size)
+{
+	CHECK(path);
+	if (!(r->caps & RMT_CAP_XATTR))
+		return -EOPNOTSUPP;
+	return r->ops->getxattr(r, path, name, buf, size);
+}
+
+int rmt_setxattr(struct rmt *r, const char *path, const char *name,
+		 const void *value, size_t size, int flags)
+{
+	CHECK(path);
+	if (!(r->caps & RMT_CAP_XATTR))
+		return -EOPNOTSUPP;
+	return r->ops->setxattr(r, path, name, value, size, flags);
+}
+
+ssize_t rmt_listxattr(struct rmt *r, const char *path, char *buf, size_t size)
+{
+	CHECK(path);
+	if (!(r->caps & RMT_CAP_XATTR))
+		return 0;
+	return r->ops->listxattr(r, path, buf, size);
+}
+
+int rmt_removexattr(struct rmt *r, const char *path, const char *name)
+{
+	CHECK(path);
+	if (!(r->caps & RMT_CAP_XATTR))
+		return -EOPNOTSUPP;
+	return r->ops->removexattr(r, path, name);
+}
+
+int rmt_file_open(struct rmt *r, const char *path, int flags, mode_t mode,
+		  struct rmt_file **out)
+{
+	*out = NULL;
+	CHECK(path);
+	if (!*path)
+		return -EISDIR;
+	return r->ops->file_open(r, path, flags, mode, out);
+}
+
+int rmt_file_close(struct rmt_file *f)
+{
+	if (!f)
+		return 0;
+	return f->r->ops->file_close(f);
+}
+
+ssize_t rmt_file_pread(struct rmt_file *f, void *buf, size_t len, off_t off)
+{
+	return f->r->ops->file_pread(f, buf, len, off);
+}
+
+ssize_t rmt_file_pwrite(struct rmt_file *f, const void *buf, size_t len,
+			off_t off)
+{
+	return f->r->ops->file_pwrite(f, buf, len, off);
+}
+
+int rmt_file_stat(struct rmt_file *f, struct stat *st)
+{
+	return f->r->ops->file_stat(f, st);
+}
+
+int rmt_file_fsync(struct rmt_file *f, bool datasync)
+{
+	return f->r->ops->file_fsync(f, datasync);
+}
+
+int rmt_file_flush(struct rmt_file *f)
+{
+	if (!f->r->ops->file_flush)
+		return 0;
+	return f->r->ops->file_flush(f);
+}
+
+int rmt_file_fallocate(struct rmt_file *f, int mode, off_t off, off_t len)
+{
+	return f->r->ops->file_fallocate(f, mode, off, len);
+}
+
+off_t rmt_file_seek(struct rmt_file *f, off_t off, int whence)
+{
+	return f->r->ops->file_seek(f, off, whence);
+}
+
+/* The generic copy: read and write through a bounce buffer. */
+static ssize_t copy_by_rw(struct rmt_file *in, off_t off_in,
+			  struct rmt_file *out, off_t off_out, size_t len)
+{
+	size_t bufsz = len < (1u << 20) ? len : (1u << 20);
+	size_t done = 0;
+	char *buf;
+
+	if (len == 0)
+		return 0;
+	buf = malloc(bufsz);
+	if (!buf)
+		return -ENOMEM;
+	while (done < len) {
+		size_t want = len - done < bufsz ? len - done : bufsz;
+		ssize_t n = rmt_file_pread(in, buf, want, off_in + (off_t)done);
+		ssize_t w;
+
+		if (n < 0) {
+			free(buf);
+			return done ? (ssize_t)done : n;
+		}
+		if (n == 0)
+			break;
+		w = rmt_file_pwrite(out, buf, (size_t)n, off_out + (off_t)done);
+		if (w < 0) {
+			free(buf);
+			return done ? (ssize_t)done : w;
+		}
+		done += (size_t)n;
+	}
+	free(buf);
+	return (ssize_t)done;
+}
+
+ssize_t rmt_file_copy(struct rmt_file *in, off_t off_in, struct rmt_file *out,
+		      off_t off_out, size_t len)
+{
+	if (in->r != out->r)
+		return -EXDEV;
+	if (in->r->ops->file_copy) {
+		ssize_t n = in->r->ops->file_copy(in, off_in, out, off_out, len);
+		if (n != -EOPNOTSUPP && n != -EXDEV && n != -ENOSYS &&
+		    n != -EINVAL)
+			return n;
+	}
+	return copy_by_rw(in, off_in, out, off_out, len);
+}
+
+int rmt_file_fd(const struct rmt_file *f)
+{
+	if (!f->r->ops->file_fd)
+		return -EOPNOTSUPP;
+	return f->r->ops->file_fd(f);
+}

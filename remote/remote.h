@@ -1,0 +1,191 @@
+/*
+ * remote.h - the one interface between ferryfs and a share.
+ *
+ * A `struct rmt` is a connection to one share; a `struct rmt_file` is a file
+ * open on it. Everything is named by a *relative path* below the share's
+ * root: "" is the root itself, "a/b" a name two levels down. Paths never
+ * start with '/', never contain "." or ".." components or empty components;
+ * rmt_path_check() enforces that and every entry point calls it, so a caller
+ * bug cannot climb out of the share. Drivers resolve paths *without*
+ * following symlinks anywhere (a symlink is data, returned by readlink), so
+ * nothing outside the root is reachable through a remote.
+ *
+ * Drivers (remote/<name>.c) fill a `struct rmt_ops` table (remote_i.h):
+ *   path  - any mounted directory (kernel NFS/SMB mount, local disk)
+ *   nfs, smb, agent - later issues; same contract.
+ *
+ * Errors: every function returns 0 (or a byte count) on success and -errno
+ * on failure. Each driver maps its foreign codes to errno in one function.
+ * Unless said otherwise, on failure nothing was changed on the share.
+ *
+ * Threads: a struct rmt whose rmt_caps() has RMT_CAP_THREADSAFE may be used
+ * by many threads at once (the path driver); otherwise the caller keeps one
+ * struct rmt per thread (one per stream). A struct rmt_file is used under the
+ * same rule as the struct rmt it came from.
+ *
+ * Callers: fs/ (write-through operations), later journal/ (the flusher) and
+ * cache/ (block fetches). This module knows nothing of FUSE or chunk state.
+ */
+#ifndef FERRYFS_REMOTE_H
+#define FERRYFS_REMOTE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/types.h>
+#include <time.h>
+
+struct rmt;
+struct rmt_file;
+
+enum rmt_caps {
+	RMT_CAP_THREADSAFE = 1 << 0, /* one struct rmt serves all threads */
+	RMT_CAP_XATTR = 1 << 1,      /* extended attributes are stored */
+	RMT_CAP_FD = 1 << 2,         /* rmt_file_fd() gives a kernel fd */
+};
+
+/* Which fields of a struct rmt_setattr are applied. */
+enum rmt_set {
+	RMT_SET_MODE = 1 << 0,
+	RMT_SET_UID = 1 << 1,
+	RMT_SET_GID = 1 << 2,
+	RMT_SET_SIZE = 1 << 3,
+	RMT_SET_ATIME = 1 << 4,
+	RMT_SET_MTIME = 1 << 5,
+};
+
+struct rmt_setattr {
+	unsigned int set; /* enum rmt_set bits */
+	mode_t mode;      /* permission bits only (07777) */
+	uid_t uid;
+	gid_t gid;
+	off_t size;
+	/* tv_nsec may be UTIME_NOW; an unset time is left alone */
+	struct timespec atime, mtime;
+};
+
+/* Flags for rmt_rename(), same values as renameat2(2). */
+enum rmt_rename_flags {
+	RMT_RENAME_NOREPLACE = 1 << 0,
+	RMT_RENAME_EXCHANGE = 1 << 1,
+};
+
+/*
+ * Called once per directory entry by rmt_readdir(), "." and ".." excluded.
+ * @st is the entry's lstat, or NULL if it vanished between listing and stat.
+ * Return 0 to go on, or a negative errno to stop; rmt_readdir() then returns
+ * that value.
+ */
+typedef int (*rmt_dirent_fn)(const char *name, const struct stat *st,
+			     void *arg);
+
+/*
+ * Open a share given as a string: for now an existing directory (the path
+ * driver). Later "nfs://..." and "smb://...". @opts is a comma-separated
+ * option string for the driver, may be NULL.
+ * Errors: -ENOENT, -ENOTDIR, -EACCES (the root), -EINVAL (a malformed spec),
+ * -EPROTONOSUPPORT (a scheme with no driver). Caller owns *out; free with
+ * rmt_close().
+ */
+int rmt_open(const char *spec, const char *opts, struct rmt **out);
+
+/* Close a share; every struct rmt_file of it must be closed first. NULL ok. */
+void rmt_close(struct rmt *r);
+
+/* enum rmt_caps of this share. */
+unsigned int rmt_caps(const struct rmt *r);
+
+/* A stable string naming the share (driver and canonical location), e.g.
+ * "path:/srv/nas". Owned by r. */
+const char *rmt_id(const struct rmt *r);
+
+/*
+ * Check a relative path: 0, or -EINVAL for "/x", "a//b", "a/./b", "..",
+ * "a/../b", a trailing '/', or a path longer than PATH_MAX; the root is "".
+ */
+int rmt_path_check(const char *path);
+
+/* --- names ------------------------------------------------------------- */
+
+/* lstat(2) of path: symlinks are not followed. */
+int rmt_stat(struct rmt *r, const char *path, struct stat *st);
+int rmt_statfs(struct rmt *r, struct statvfs *sv);
+
+/* Enumerate the directory at path (see rmt_dirent_fn). */
+int rmt_readdir(struct rmt *r, const char *path, rmt_dirent_fn fn, void *arg);
+
+int rmt_mkdir(struct rmt *r, const char *path, mode_t mode);
+/* Make the entries of the directory at path durable (fsync(2) of it). */
+int rmt_syncdir(struct rmt *r, const char *path);
+int rmt_rmdir(struct rmt *r, const char *path);
+int rmt_unlink(struct rmt *r, const char *path);
+/* Only fifos and sockets: devices are refused with -EPERM. */
+int rmt_mknod(struct rmt *r, const char *path, mode_t mode, dev_t rdev);
+int rmt_symlink(struct rmt *r, const char *target, const char *path);
+/* Copies at most size-1 bytes and a NUL; returns the target's length,
+ * or -ENAMETOOLONG if it did not fit. */
+int rmt_readlink(struct rmt *r, const char *path, char *buf, size_t size);
+int rmt_link(struct rmt *r, const char *from, const char *to);
+/* @flags: enum rmt_rename_flags. */
+int rmt_rename(struct rmt *r, const char *from, const char *to,
+	       unsigned int flags);
+
+/*
+ * Change attributes of path, or of @f if not NULL (then path may be NULL:
+ * an unlinked but open file). Fields are applied in the order size, mode,
+ * uid/gid, times, so set times come last and stay. A symlink's own times and
+ * owner can be set; its mode cannot (-EOPNOTSUPP).
+ * On failure the fields before the failing one may have been applied.
+ */
+int rmt_setattr(struct rmt *r, const char *path, struct rmt_file *f,
+		const struct rmt_setattr *sa);
+
+/* Extended attributes, with getxattr(2)'s size-0 probe semantics:
+ * return the size or -ERANGE / -ENODATA / -EOPNOTSUPP. */
+ssize_t rmt_getxattr(struct rmt *r, const char *path, const char *name,
+		     void *buf, size_t size);
+int rmt_setxattr(struct rmt *r, const char *path, const char *name,
+		 const void *value, size_t size, int flags);
+ssize_t rmt_listxattr(struct rmt *r, const char *path, char *buf, size_t size);
+int rmt_removexattr(struct rmt *r, const char *path, const char *name);
+
+/* --- files ------------------------------------------------------------- */
+
+/*
+ * Open a regular file: @flags are open(2)'s (O_ACCMODE, O_CREAT, O_EXCL,
+ * O_TRUNC, O_APPEND; O_NOFOLLOW is implied, others ignored); @mode is used
+ * with O_CREAT. Caller owns *out; close with rmt_file_close().
+ * Errors as open(2), plus -ELOOP for a symlink.
+ */
+int rmt_file_open(struct rmt *r, const char *path, int flags, mode_t mode,
+		  struct rmt_file **out);
+/* Close; returns the close error (deferred write errors) if any. NULL ok. */
+int rmt_file_close(struct rmt_file *f);
+
+ssize_t rmt_file_pread(struct rmt_file *f, void *buf, size_t len, off_t off);
+/* Writes all of buf or fails; returns len. Ignores O_APPEND: offsets are
+ * explicit (the caller resolves appends). */
+ssize_t rmt_file_pwrite(struct rmt_file *f, const void *buf, size_t len,
+			off_t off);
+int rmt_file_stat(struct rmt_file *f, struct stat *st);
+int rmt_file_fsync(struct rmt_file *f, bool datasync);
+/* close(2) of one descriptor of the file: report deferred write errors
+ * (an NFS/SMB kernel mount below reports them at close). */
+int rmt_file_flush(struct rmt_file *f);
+/* fallocate(2): @mode is FALLOC_FL_* (KEEP_SIZE, PUNCH_HOLE, ZERO_RANGE). */
+int rmt_file_fallocate(struct rmt_file *f, int mode, off_t off, off_t len);
+/* lseek(2) for SEEK_DATA / SEEK_HOLE; returns the offset or -ENXIO. */
+off_t rmt_file_seek(struct rmt_file *f, off_t off, int whence);
+/*
+ * Copy len bytes between two files of the same share, server-side where the
+ * driver can, else by reading and writing through this process. Returns the
+ * byte count copied (short only at the source's EOF).
+ */
+ssize_t rmt_file_copy(struct rmt_file *in, off_t off_in, struct rmt_file *out,
+		      off_t off_out, size_t len);
+/* The kernel fd behind f (RMT_CAP_FD only, for splice), else -EOPNOTSUPP. */
+int rmt_file_fd(const struct rmt_file *f);
+
+#endif

@@ -1,0 +1,80 @@
+/*
+ * remote_i.h - inside remote/: the driver table. Nothing outside remote/
+ * includes this file.
+ *
+ * A driver embeds `struct rmt` first in its own connection struct and
+ * `struct rmt_file` first in its own file struct, fills a const
+ * `struct rmt_ops`, and is listed in remote.c's rmt_open(). remote.c checks
+ * every path (rmt_path_check) before it reaches a driver, so drivers see only
+ * clean relative paths ("" = the root).
+ */
+#ifndef FERRYFS_REMOTE_I_H
+#define FERRYFS_REMOTE_I_H
+
+#include "remote.h"
+
+struct rmt_ops {
+	const char *name;
+	void (*close)(struct rmt *r);
+	int (*stat)(struct rmt *r, const char *path, struct stat *st);
+	int (*statfs)(struct rmt *r, struct statvfs *sv);
+	int (*readdir)(struct rmt *r, const char *path, rmt_dirent_fn fn,
+		       void *arg);
+	int (*mkdir)(struct rmt *r, const char *path, mode_t mode);
+	int (*rmdir)(struct rmt *r, const char *path);
+	int (*unlink)(struct rmt *r, const char *path);
+	int (*mknod)(struct rmt *r, const char *path, mode_t mode, dev_t rdev);
+	int (*symlink)(struct rmt *r, const char *target, const char *path);
+	int (*readlink)(struct rmt *r, const char *path, char *buf,
+			size_t size);
+	int (*link)(struct rmt *r, const char *from, const char *to);
+	int (*rename)(struct rmt *r, const char *from, const char *to,
+		      unsigned int flags);
+	int (*setattr)(struct rmt *r, const char *path, struct rmt_file *f,
+		       const struct rmt_setattr *sa);
+	ssize_t (*getxattr)(struct rmt *r, const char *path, const char *name,
+			    void *buf, size_t size);
+	int (*setxattr)(struct rmt *r, const char *path, const char *name,
+			const void *value, size_t size, int flags);
+	ssize_t (*listxattr)(struct rmt *r, const char *path, char *buf,
+			     size_t size);
+	int (*removexattr)(struct rmt *r, const char *path, const char *name);
+
+	int (*file_open)(struct rmt *r, const char *path, int flags,
+			 mode_t mode, struct rmt_file **out);
+	int (*file_close)(struct rmt_file *f);
+	ssize_t (*file_pread)(struct rmt_file *f, void *buf, size_t len,
+			      off_t off);
+	ssize_t (*file_pwrite)(struct rmt_file *f, const void *buf, size_t len,
+			       off_t off);
+	int (*file_stat)(struct rmt_file *f, struct stat *st);
+	int (*file_fsync)(struct rmt_file *f, bool datasync);
+	int (*file_fallocate)(struct rmt_file *f, int mode, off_t off,
+			      off_t len);
+	off_t (*file_seek)(struct rmt_file *f, off_t off, int whence);
+	/* optional: server-side copy; NULL or -EOPNOTSUPP/-EXDEV falls back
+	 * to the generic read/write loop in remote.c */
+	ssize_t (*file_copy)(struct rmt_file *in, off_t off_in,
+			     struct rmt_file *out, off_t off_out, size_t len);
+	/* optional: NULL means -EOPNOTSUPP */
+	int (*file_fd)(const struct rmt_file *f);
+	/* optional: NULL means nothing is deferred (returns 0) */
+	int (*file_flush)(struct rmt_file *f);
+	/* optional: NULL means directory changes are durable at once */
+	int (*syncdir)(struct rmt *r, const char *path);
+};
+
+struct rmt {
+	const struct rmt_ops *ops;
+	unsigned int caps; /* enum rmt_caps */
+	char *id;          /* rmt_id(); freed by remote.c */
+};
+
+struct rmt_file {
+	struct rmt *r;
+};
+
+/* Driver constructors, called by rmt_open(). */
+int rmt_path_open(const char *dir, const char *opts, struct rmt **out);
+
+#endif

@@ -1,0 +1,379 @@
+/*
+ * test_fs.c - unit tests of fs/: the inode table (fs_i.h) and the command
+ * line (fs_opts_parse). No mount: mount-level tests live in tests/it/.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#define FUSE_USE_VERSION 314
+#include <fuse_lowlevel.h>
+
+#include "fs.h"
+#include "fs_i.h"
+
+#define assert_rc_ok(expr)                                                 \
+	do {                                                               \
+		int rc_ = (expr);                                          \
+		if (rc_ < 0)                                               \
+			fail_msg("%s: %s", #expr, strerror(-rc_));         \
+	} while (0)
+
+static struct stat mkst(uint64_t ino, mode_t type)
+{
+	struct stat st;
+
+	memset(&st, 0, sizeof(st));
+	st.st_dev = 7;
+	st.st_ino = ino;
+	st.st_mode = type | 0755;
+	return st;
+}
+
+static int setup(void **state)
+{
+	struct stat root = mkst(2, S_IFDIR);
+	struct fs_itab *t;
+
+	assert_rc_ok(fs_itab_new(&root, &t));
+	*state = t;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	fs_itab_free(*state);
+	return 0;
+}
+
+static void assert_path(struct fs_itab *t, struct fs_inode *n,
+			const char *name, const char *want)
+{
+	char buf[PATH_MAX];
+
+	assert_rc_ok(fs_itab_path(t, n, name, buf, sizeof(buf)));
+	assert_string_equal(buf, want);
+}
+
+static void test_fs__lookup_builds_paths(void **state)
+{
+	struct fs_itab *t = *state;
+	struct fs_inode *root = fs_itab_root(t), *a, *b, *again;
+	struct stat sa = mkst(10, S_IFDIR), sb = mkst(11, S_IFREG);
+
+	assert_path(t, root, NULL, "");
+	assert_path(t, root, "x", "x");
+	assert_rc_ok(fs_itab_lookup(t, root, "a", &sa, 1, &a));
+	assert_rc_ok(fs_itab_lookup(t, a, "b", &sb, 1, &b));
+	fs_itab_assert_sane(t);
+	assert_path(t, a, NULL, "a");
+	assert_path(t, b, NULL, "a/b");
+	assert_path(t, a, "c", "a/c");
+	assert_rc_ok(fs_itab_lookup(t, root, "a", &sa, 1, &again));
+	assert_ptr_equal(again, a);
+	assert_int_equal(a->nlookup, 2);
+	assert_int_equal(fs_itab_count(t), 3);
+	assert_ptr_equal(fs_itab_find(t, 7, 11), b);
+	assert_null(fs_itab_find(t, 7, 99));
+	fs_itab_assert_sane(t);
+}
+
+static void test_fs__forget_frees_child_then_parent(void **state)
+{
+	struct fs_itab *t = *state;
+	struct fs_inode *root = fs_itab_root(t), *a, *b;
+	struct stat sa = mkst(10, S_IFDIR), sb = mkst(11, S_IFREG);
+
+	assert_rc_ok(fs_itab_lookup(t, root, "a", &sa, 1, &a));
+	assert_rc_ok(fs_itab_lookup(t, a, "b", &sb, 1, &b));
+	/* the kernel may forget the parent first: the child pins it */
+	fs_itab_forget(t, a, 1);
+	fs_itab_assert_sane(t);
+	assert_int_equal(fs_itab_count(t), 3);
+	assert_path(t, b, NULL, "a/b");
+	fs_itab_forget(t, b, 1);
+	fs_itab_assert_sane(t);
+	assert_int_equal(fs_itab_count(t), 1);
+}
+
+static void test_fs__hard_links_and_unlink(void **state)
+{
+	struct fs_itab *t = *state;
+	struct fs_inode *root = fs_itab_root(t), *x, *y;
+	struct stat sf = mkst(20, S_IFREG);
+	char buf[PATH_MAX];
+
+	assert_rc_ok(fs_itab_lookup(t, root, "one", &sf, 1, &x));
+	assert_rc_ok(fs_itab_lookup(t, root, "two", &sf, 1, &y));
+	assert_ptr_equal(x, y);
+	assert_path(t, x, NULL, "two"); /* the latest name first */
+	fs_itab_unlink(t, root, "two", 7, 20);
+	fs_itab_assert_sane(t);
+	assert_path(t, x, NULL, "one");
+	fs_itab_unlink(t, root, "one", 7, 20);
+	fs_itab_assert_sane(t);
+	assert_int_equal(fs_itab_path(t, x, NULL, buf, sizeof(buf)), -ESTALE);
+	/* still known to the kernel: alive until forgotten */
+	assert_int_equal(fs_itab_count(t), 2);
+	fs_itab_forget(t, x, 2);
+	assert_int_equal(fs_itab_count(t), 1);
+	fs_itab_assert_sane(t);
+}
+
+static void test_fs__rename_moves_subtree(void **state)
+{
+	struct fs_itab *t = *state;
+	struct fs_inode *root = fs_itab_root(t), *d, *e, *f, *g;
+	struct stat sd = mkst(30, S_IFDIR), se = mkst(31, S_IFDIR),
+		    sf = mkst(32, S_IFREG), sg = mkst(33, S_IFREG);
+
+	assert_rc_ok(fs_itab_lookup(t, root, "d", &sd, 1, &d));
+	assert_rc_ok(fs_itab_lookup(t, root, "e", &se, 1, &e));
+	assert_rc_ok(fs_itab_lookup(t, d, "f", &sf, 1, &f));
+	assert_rc_ok(fs_itab_lookup(t, e, "g", &sg, 1, &g));
+	assert_rc_ok(fs_itab_rename(t, root, "d", &sd, e, "d2", NULL, false));
+	fs_itab_assert_sane(t);
+	assert_path(t, f, NULL, "e/d2/f");
+	/* over an existing name: the old object loses it */
+	assert_rc_ok(fs_itab_rename(t, d, "f", &sf, e, "g", &sg, false));
+	fs_itab_assert_sane(t);
+	assert_path(t, f, NULL, "e/g");
+	{
+		char buf[PATH_MAX];
+
+		assert_int_equal(fs_itab_path(t, g, NULL, buf, sizeof(buf)),
+				 -ESTALE);
+	}
+	/* exchange swaps */
+	{
+		struct stat sz = mkst(34, S_IFDIR);
+		struct fs_inode *z;
+
+		assert_rc_ok(fs_itab_lookup(t, root, "z", &sz, 1, &z));
+		assert_rc_ok(fs_itab_rename(t, root, "z", &sz, e, "d2", &sd,
+					    true));
+		fs_itab_assert_sane(t);
+		assert_path(t, d, NULL, "z");
+		assert_path(t, z, NULL, "e/d2");
+		assert_path(t, f, NULL, "e/g");
+		assert_path(t, d, "x", "z/x");
+	}
+}
+
+static void test_fs__reused_ino_of_other_type_is_new_inode(void **state)
+{
+	struct fs_itab *t = *state;
+	struct fs_inode *root = fs_itab_root(t), *a, *b;
+	struct stat sf = mkst(40, S_IFREG), sd = mkst(40, S_IFDIR);
+
+	assert_rc_ok(fs_itab_lookup(t, root, "a", &sf, 1, &a));
+	assert_rc_ok(fs_itab_lookup(t, root, "a", &sd, 1, &b));
+	assert_ptr_not_equal(a, b);
+	assert_ptr_equal(fs_itab_find(t, 7, 40), b);
+	fs_itab_forget(t, a, 1);
+	fs_itab_forget(t, b, 1);
+	fs_itab_assert_sane(t);
+}
+
+static void test_fs__path_too_long(void **state)
+{
+	struct fs_itab *t = *state;
+	struct fs_inode *n = fs_itab_root(t);
+	char name[200], buf[PATH_MAX];
+	uint64_t i;
+
+	memset(name, 'n', sizeof(name) - 1);
+	name[sizeof(name) - 1] = '\0';
+	for (i = 0; i < 30; i++) {
+		struct stat st = mkst(100 + i, S_IFDIR);
+
+		assert_rc_ok(fs_itab_lookup(t, n, name, &st, 1, &n));
+	}
+	assert_int_equal(fs_itab_path(t, n, NULL, buf, sizeof(buf)),
+			 -ENAMETOOLONG);
+	fs_itab_assert_sane(t);
+}
+
+static void test_fs__many_inodes_grow_table(void **state)
+{
+	struct fs_itab *t = *state;
+	struct fs_inode *root = fs_itab_root(t), *n;
+	char name[32];
+	uint64_t i;
+
+	for (i = 0; i < 5000; i++) {
+		struct stat st = mkst(1000 + i, S_IFREG);
+
+		snprintf(name, sizeof(name), "f%llu", (unsigned long long)i);
+		assert_rc_ok(fs_itab_lookup(t, root, name, &st, 1, &n));
+	}
+	assert_int_equal(fs_itab_count(t), 5001);
+	fs_itab_assert_sane(t);
+	for (i = 0; i < 5000; i++) {
+		n = fs_itab_find(t, 7, 1000 + i);
+		assert_non_null(n);
+		fs_itab_forget(t, n, 1);
+	}
+	assert_int_equal(fs_itab_count(t), 1);
+	fs_itab_assert_sane(t);
+}
+
+static void test_fs__handles_pin_inode(void **state)
+{
+	struct fs_itab *t = *state;
+	struct fs_inode *root = fs_itab_root(t), *x;
+	struct stat sf = mkst(50, S_IFREG);
+	struct fs_handle h = { 0 }, *b;
+
+	assert_rc_ok(fs_itab_lookup(t, root, "x", &sf, 1, &x));
+	h.inode = x;
+	fs_itab_handle_add(t, &h);
+	b = fs_itab_handle_any(t, x);
+	assert_ptr_equal(b, &h);
+	assert_false(fs_itab_handle_put(t, b));
+	fs_itab_forget(t, x, 1);
+	assert_int_equal(fs_itab_count(t), 2); /* the open handle pins it */
+	assert_true(fs_itab_handle_put(t, &h));
+	assert_int_equal(fs_itab_count(t), 1);
+	fs_itab_assert_sane(t);
+}
+
+static void test_fs__keep_cache_close_to_open(void **state)
+{
+	struct fs_itab *t = *state;
+	struct fs_inode *root = fs_itab_root(t), *x;
+	struct stat sf = mkst(60, S_IFREG);
+
+	assert_rc_ok(fs_itab_lookup(t, root, "x", &sf, 1, &x));
+	sf.st_size = 10;
+	assert_false(fs_itab_keep_cache(t, x, &sf)); /* first open */
+	assert_true(fs_itab_keep_cache(t, x, &sf));
+	sf.st_mtim.tv_nsec = 5;
+	assert_false(fs_itab_keep_cache(t, x, &sf)); /* changed remotely */
+	sf.st_size = 20;
+	fs_itab_cache_update(t, x, &sf); /* our own write */
+	assert_true(fs_itab_keep_cache(t, x, &sf));
+	fs_itab_forget(t, x, 1);
+}
+
+/* --- options --------------------------------------------------------- */
+
+static int parse(struct fuse_args *args, struct fs_opts *o, char *err,
+		 int argc, ...)
+{
+	char *argv[16];
+	va_list ap;
+	int i;
+
+	va_start(ap, argc);
+	for (i = 0; i < argc; i++)
+		argv[i] = va_arg(ap, char *);
+	va_end(ap);
+	return fs_opts_parse(argc, argv, args, o, err, 256);
+}
+
+static bool has_arg(const struct fuse_args *args, const char *want)
+{
+	int i;
+
+	for (i = 0; i < args->argc; i++)
+		if (!strcmp(args->argv[i], want))
+			return true;
+	return false;
+}
+
+static void test_fs__opts_mount_verb_and_defaults(void **state)
+{
+	struct fuse_args args;
+	struct fs_opts o;
+	char err[256];
+
+	(void)state;
+	assert_rc_ok(parse(&args, &o, err, 6, "ferryfs", "mount", "/srv/a,b",
+			   "/mnt", "-o", "attr_timeout=2.5,ro"));
+	assert_string_equal(o.remote, "/srv/a,b");
+	assert_string_equal(o.mountpoint, "/mnt");
+	assert_true(o.attr_timeout == 2.5);
+	assert_true(o.entry_timeout == 1.0);
+	assert_false(o.foreground);
+	assert_true(has_arg(&args, "-odefault_permissions"));
+	assert_true(has_arg(&args, "-osubtype=ferryfs"));
+	assert_true(has_arg(&args, "-ofsname=/srv/a\\,b"));
+	/* left for libfuse, in whatever form fuse_opt keeps it */
+	assert_true(has_arg(&args, "-oro") || has_arg(&args, "ro"));
+	assert_false(has_arg(&args, "attr_timeout=2.5"));
+	fuse_opt_free_args(&args);
+	fs_opts_release(&o);
+}
+
+static void test_fs__opts_fstab_form_and_flags(void **state)
+{
+	struct fuse_args args;
+	struct fs_opts o;
+	char err[256];
+
+	(void)state;
+	assert_rc_ok(parse(&args, &o, err, 5, "ferryfs", "/srv", "/mnt", "-d",
+			   "-s"));
+	assert_string_equal(o.remote, "/srv");
+	assert_true(o.debug);
+	assert_true(o.foreground);
+	assert_true(o.single_thread);
+	fuse_opt_free_args(&args);
+	fs_opts_release(&o);
+}
+
+static void test_fs__opts_errors(void **state)
+{
+	struct fuse_args args;
+	struct fs_opts o;
+	char err[256];
+
+	(void)state;
+	assert_int_equal(parse(&args, &o, err, 2, "ferryfs", "/srv"), -EINVAL);
+	assert_non_null(strstr(err, "MOUNTPOINT"));
+	fuse_opt_free_args(&args);
+	fs_opts_release(&o);
+	assert_int_equal(parse(&args, &o, err, 4, "ferryfs", "a", "b", "c"),
+			 -EINVAL);
+	assert_non_null(strstr(err, "'c'"));
+	fuse_opt_free_args(&args);
+	fs_opts_release(&o);
+	assert_int_equal(parse(&args, &o, err, 5, "ferryfs", "a", "b", "-o",
+			       "max_threads=0"),
+			 -EINVAL);
+	fuse_opt_free_args(&args);
+	fs_opts_release(&o);
+	assert_rc_ok(parse(&args, &o, err, 2, "ferryfs", "--version"));
+	assert_true(o.show_version);
+	fuse_opt_free_args(&args);
+	fs_opts_release(&o);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+		T(test_fs__lookup_builds_paths),
+		T(test_fs__forget_frees_child_then_parent),
+		T(test_fs__hard_links_and_unlink),
+		T(test_fs__rename_moves_subtree),
+		T(test_fs__reused_ino_of_other_type_is_new_inode),
+		T(test_fs__path_too_long),
+		T(test_fs__many_inodes_grow_table),
+		T(test_fs__handles_pin_inode),
+		T(test_fs__keep_cache_close_to_open),
+		cmocka_unit_test(test_fs__opts_mount_verb_and_defaults),
+		cmocka_unit_test(test_fs__opts_fstab_form_and_flags),
+		cmocka_unit_test(test_fs__opts_errors),
+#undef T
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
