@@ -11,10 +11,12 @@
  * agent are.
  *
  * Rules:
- *  1. An operation on an inode by path first checks that the path still
- *     leads to the same remote object ((dev, ino) equal); if another writer
- *     of the share replaced it, the operation fails with ESTALE instead of
- *     touching the wrong file. Open files use their handle, not the path.
+ *  1. An operation that changes an inode by path first checks that the path
+ *     still leads to the same remote object ((dev, ino) equal); if another
+ *     writer of the share replaced it, the operation fails with ESTALE
+ *     instead of touching the wrong file (checked_path()). Open files use
+ *     their handle, not the path. Reads of names (readlink, getxattr,
+ *     listxattr) skip the check: at worst they show the new object.
  *  2. Objects created through the mount belong to the calling user and
  *     group (the directory's group under a setgid directory), when the
  *     daemon runs as root; the remote keeps what it set otherwise.
@@ -206,18 +208,20 @@ static int give_to_caller(struct fs *fs, fuse_req_t req, const char *parent,
 	struct stat pst;
 	int rc;
 
-	if (!fs->is_root)
-		return 0;
-	rc = rmt_stat(fs->rmt, parent, &pst);
-	if (rc < 0)
-		return rc;
+	if (!fs->is_root || (ctx->uid == 0 && ctx->gid == 0))
+		return 0; /* root's own objects are root's already */
 	if (ctx->uid != 0) {
 		sa.set |= RMT_SET_UID;
 		sa.uid = ctx->uid;
 	}
-	if (!(pst.st_mode & S_ISGID) && ctx->gid != 0) {
-		sa.set |= RMT_SET_GID;
-		sa.gid = ctx->gid;
+	if (ctx->gid != 0) {
+		rc = rmt_stat(fs->rmt, parent, &pst);
+		if (rc < 0)
+			return rc;
+		if (!(pst.st_mode & S_ISGID)) {
+			sa.set |= RMT_SET_GID;
+			sa.gid = ctx->gid;
+		}
 	}
 	if (!sa.set)
 		return 0;
@@ -249,10 +253,12 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 
 	if (conn->capable & FUSE_CAP_EXPORT_SUPPORT)
 		conn->want &= ~FUSE_CAP_EXPORT_SUPPORT;
+	/* reads: splice file pages into /dev/fuse, saving a copy. Not
+	 * SPLICE_READ: it needs a pipe of max_write + a header, above the
+	 * default pipe-max-size, so libfuse would fall back anyway. */
 	if (fs->use_fd && (conn->capable & FUSE_CAP_SPLICE_WRITE))
 		conn->want |= FUSE_CAP_SPLICE_WRITE;
-	if (fs->use_fd && (conn->capable & FUSE_CAP_SPLICE_READ))
-		conn->want |= FUSE_CAP_SPLICE_READ;
+	conn->want &= ~FUSE_CAP_SPLICE_READ;
 	/* locks stay in the kernel (rule 4) */
 	conn->want &= ~(FUSE_CAP_FLOCK_LOCKS | FUSE_CAP_POSIX_LOCKS);
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
@@ -398,7 +404,7 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 {
 	struct fs *fs = fs_of(req);
 	char path[PATH_MAX], target[PATH_MAX];
-	int rc = checked_path(fs, inode_of(fs, ino), path);
+	int rc = path_of(fs, ino, NULL, path);
 
 	if (rc == 0)
 		rc = rmt_readlink(fs->rmt, path, target, sizeof(target));
@@ -1082,8 +1088,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	struct fs *fs = fs_of(req);
 	char path[PATH_MAX];
 	char *buf = size ? malloc(size) : NULL;
-	ssize_t n = (size && !buf) ? -ENOMEM
-				   : checked_path(fs, inode_of(fs, ino), path);
+	ssize_t n = (size && !buf) ? -ENOMEM : path_of(fs, ino, NULL, path);
 
 	if (n == 0)
 		n = rmt_getxattr(fs->rmt, path, name, buf, size);
@@ -1096,8 +1101,7 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	struct fs *fs = fs_of(req);
 	char path[PATH_MAX];
 	char *buf = size ? malloc(size) : NULL;
-	ssize_t n = (size && !buf) ? -ENOMEM
-				   : checked_path(fs, inode_of(fs, ino), path);
+	ssize_t n = (size && !buf) ? -ENOMEM : path_of(fs, ino, NULL, path);
 
 	if (n == 0)
 		n = rmt_listxattr(fs->rmt, path, buf, size);

@@ -49,7 +49,9 @@ int rmt_open(const char *spec, const char *opts, struct rmt **out)
 	*out = NULL;
 	if (!spec || !*spec)
 		return -EINVAL;
-	if (strstr(spec, "://")) {
+	if (strspn(spec, "abcdefghijklmnopqrstuvwxyz") > 0 &&
+	    !strncmp(spec + strspn(spec, "abcdefghijklmnopqrstuvwxyz"), "://",
+		     3)) {
 		/* nfs:// and smb:// drivers come with their issue */
 		return -EPROTONOSUPPORT;
 	}
@@ -189,6 +191,8 @@ int rmt_rename(struct rmt *r, const char *from, const char *to,
 int rmt_setattr(struct rmt *r, const char *path, struct rmt_file *f,
 		const struct rmt_setattr *sa)
 {
+	if (f && f->r != r)
+		return -EINVAL;
 	if (!f)
 		CHECK(path);
 	else if (path)
@@ -285,12 +289,14 @@ off_t rmt_file_seek(struct rmt_file *f, off_t off, int whence)
 	return f->r->ops->file_seek(f, off, whence);
 }
 
-/* The generic copy: read and write through a bounce buffer. */
+/* The generic copy: read and write through a bounce buffer. An error after
+ * partial progress is returned as the error: a short count means EOF. */
 static ssize_t copy_by_rw(struct rmt_file *in, off_t off_in,
 			  struct rmt_file *out, off_t off_out, size_t len)
 {
 	size_t bufsz = len < (1u << 20) ? len : (1u << 20);
 	size_t done = 0;
+	ssize_t rc = 0;
 	char *buf;
 
 	if (len == 0)
@@ -301,23 +307,18 @@ static ssize_t copy_by_rw(struct rmt_file *in, off_t off_in,
 	while (done < len) {
 		size_t want = len - done < bufsz ? len - done : bufsz;
 		ssize_t n = rmt_file_pread(in, buf, want, off_in + (off_t)done);
-		ssize_t w;
 
-		if (n < 0) {
-			free(buf);
-			return done ? (ssize_t)done : n;
-		}
-		if (n == 0)
+		if (n <= 0) {
+			rc = n;
 			break;
-		w = rmt_file_pwrite(out, buf, (size_t)n, off_out + (off_t)done);
-		if (w < 0) {
-			free(buf);
-			return done ? (ssize_t)done : w;
 		}
+		rc = rmt_file_pwrite(out, buf, (size_t)n, off_out + (off_t)done);
+		if (rc < 0)
+			break;
 		done += (size_t)n;
 	}
 	free(buf);
-	return (ssize_t)done;
+	return rc < 0 ? rc : (ssize_t)done;
 }
 
 ssize_t rmt_file_copy(struct rmt_file *in, off_t off_in, struct rmt_file *out,
@@ -325,6 +326,13 @@ ssize_t rmt_file_copy(struct rmt_file *in, off_t off_in, struct rmt_file *out,
 {
 	if (in->r != out->r)
 		return -EXDEV;
+	if (off_in < 0 || off_out < 0)
+		return -EINVAL;
+	/* overlapping ranges of one file: refused, as copy_file_range(2)
+	 * does (a forward copy would corrupt them) */
+	if (in == out && (size_t)(off_in > off_out ? off_in - off_out
+						   : off_out - off_in) < len)
+		return -EINVAL;
 	if (in->r->ops->file_copy) {
 		ssize_t n = in->r->ops->file_copy(in, off_in, out, off_out, len);
 		if (n != -EOPNOTSUPP && n != -EXDEV && n != -ENOSYS &&

@@ -102,8 +102,9 @@ unsigned int rmt_caps(const struct rmt *r);
 const char *rmt_id(const struct rmt *r);
 
 /*
- * Check a relative path: 0, or -EINVAL for "/x", "a//b", "a/./b", "..",
- * "a/../b", a trailing '/', or a path longer than PATH_MAX; the root is "".
+ * Check a relative path: 0, or -EINVAL for NULL, "/x", "a//b", "a/./b",
+ * "..", "a/../b", a trailing '/'; -ENAMETOOLONG for a path of PATH_MAX or
+ * more or a component longer than NAME_MAX. The root is "".
  */
 int rmt_path_check(const char *path);
 
@@ -121,7 +122,8 @@ int rmt_mkdir(struct rmt *r, const char *path, mode_t mode);
 int rmt_syncdir(struct rmt *r, const char *path);
 int rmt_rmdir(struct rmt *r, const char *path);
 int rmt_unlink(struct rmt *r, const char *path);
-/* Only fifos and sockets: devices are refused with -EPERM. */
+/* Only fifos and sockets: devices, and regular files (use rmt_file_open
+ * with O_CREAT|O_EXCL), are refused with -EPERM. */
 int rmt_mknod(struct rmt *r, const char *path, mode_t mode, dev_t rdev);
 int rmt_symlink(struct rmt *r, const char *target, const char *path);
 /* Copies at most size-1 bytes and a NUL; returns the target's length,
@@ -157,7 +159,8 @@ int rmt_removexattr(struct rmt *r, const char *path, const char *name);
  * Open a regular file: @flags are open(2)'s (O_ACCMODE, O_CREAT, O_EXCL,
  * O_TRUNC, O_APPEND; O_NOFOLLOW is implied, others ignored); @mode is used
  * with O_CREAT. Caller owns *out; close with rmt_file_close().
- * Errors as open(2), plus -ELOOP for a symlink.
+ * Errors as open(2), plus -ELOOP for a symlink, -EISDIR for a directory,
+ * -EINVAL for a fifo, socket or device.
  */
 int rmt_file_open(struct rmt *r, const char *path, int flags, mode_t mode,
 		  struct rmt_file **out);
@@ -176,12 +179,15 @@ int rmt_file_fsync(struct rmt_file *f, bool datasync);
 int rmt_file_flush(struct rmt_file *f);
 /* fallocate(2): @mode is FALLOC_FL_* (KEEP_SIZE, PUNCH_HOLE, ZERO_RANGE). */
 int rmt_file_fallocate(struct rmt_file *f, int mode, off_t off, off_t len);
-/* lseek(2) for SEEK_DATA / SEEK_HOLE; returns the offset or -ENXIO. */
+/* lseek(2) for SEEK_DATA / SEEK_HOLE; returns the offset, -ENXIO past the
+ * data, or -EINVAL for any other whence. */
 off_t rmt_file_seek(struct rmt_file *f, off_t off, int whence);
 /*
  * Copy len bytes between two files of the same share, server-side where the
  * driver can, else by reading and writing through this process. Returns the
- * byte count copied (short only at the source's EOF).
+ * byte count copied (short only at the source's EOF); an error after
+ * partial progress is returned as the error. Overlapping ranges of one file
+ * are refused with -EINVAL.
  */
 ssize_t rmt_file_copy(struct rmt_file *in, off_t off_in, struct rmt_file *out,
 		      off_t off_out, size_t len);
