@@ -56,6 +56,7 @@ struct fs {
 	bool is_root;            /* the daemon runs as uid 0 */
 	bool use_fd;             /* the remote gives kernel fds: splice */
 	bool warned_chown;       /* protected by nothing: a benign race */
+	struct fuse_session *se; /* immutable after start */
 };
 
 /* A directory listing, snapshot at opendir (and at rewind). */
@@ -629,6 +630,12 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	/* close-to-open: keep the kernel's pages only if the file did not
 	 * change on the share since the last open */
 	fi->keep_cache = fs_itab_keep_cache(fs->itab, n, &st);
+	if (!fi->keep_cache) {
+		/* the kernel may still hold the old size and times until
+		 * attr_timeout: drop them too (no dirty pages in write-through
+		 * mode, so this never blocks) */
+		fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
+	}
 	fi->fh = (uint64_t)(uintptr_t)h;
 	if (fuse_reply_open(req, fi) != 0)
 		handle_put(fs, h);
@@ -1200,6 +1207,7 @@ int fs_run(struct fuse_args *args, const struct fs_opts *o)
 	se = fuse_session_new(args, &fs_ops, sizeof(fs_ops), &fs);
 	if (!se)
 		goto out_itab; /* libfuse said why, in one line */
+	fs.se = se;
 	if (fuse_set_signal_handlers(se) != 0)
 		goto out_session;
 	if (fuse_session_mount(se, o->mountpoint) != 0)
