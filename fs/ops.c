@@ -169,12 +169,30 @@ static int checked_path(struct fs *fs, struct fs_inode *n, char *path)
 	return rc;
 }
 
+/*
+ * What the kernel shows of a remote stat. st_blksize is the preferred I/O
+ * size programs read: cp, dd and friends then move 1 MiB per call, which
+ * the kernel sends as one FUSE request (max_write), instead of 128 KiB.
+ */
+static void attr_fixup(struct stat *st)
+{
+	if (S_ISREG(st->st_mode) && st->st_blksize < (blksize_t)FS_MAX_WRITE)
+		st->st_blksize = FS_MAX_WRITE;
+}
+
+static void reply_attr(fuse_req_t req, struct stat *st)
+{
+	attr_fixup(st);
+	fuse_reply_attr(req, st, fs_of(req)->o->attr_timeout);
+}
+
 static void fill_entry(struct fs *fs, struct fuse_entry_param *e,
 		       struct fs_inode *n, const struct stat *st)
 {
 	memset(e, 0, sizeof(*e));
 	e->ino = ino_of(fs, n);
 	e->attr = *st;
+	attr_fixup(&e->attr);
 	e->attr_timeout = fs->o->attr_timeout;
 	e->entry_timeout = fs->o->entry_timeout;
 }
@@ -323,7 +341,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino,
 	if (rc < 0)
 		reply_err(req, rc);
 	else
-		fuse_reply_attr(req, &st, fs->o->attr_timeout);
+		reply_attr(req, &st);
 }
 
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
@@ -395,7 +413,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		goto out_err;
 	if (sa.set & RMT_SET_SIZE)
 		fs_itab_cache_update(fs->itab, n, &st);
-	fuse_reply_attr(req, &st, fs->o->attr_timeout);
+	reply_attr(req, &st);
 	return;
 out_err:
 	reply_err(req, rc);
