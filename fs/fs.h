@@ -25,6 +25,8 @@ struct fs_opts {
 	double entry_timeout;    /* -o entry_timeout=SEC, default 1 */
 	double negative_timeout; /* -o negative_timeout=SEC, default 1 */
 	bool no_allow_other;     /* -o noallow_other: not even as root */
+	bool no_direct_write;    /* -o no_direct_write: write-only opens
+				    through the page cache too */
 	unsigned int max_threads;  /* -o max_threads=N, default 16 */
 	int clone_fd;              /* -o clone_fd (libfuse's) */
 	unsigned int max_idle_threads; /* -o max_idle_threads=N */

@@ -46,6 +46,7 @@ struct fs_handle {
 	struct rmt_file *file;  /* immutable */
 	struct fs_inode *inode; /* immutable, holds a ref */
 	bool append;            /* opened O_APPEND: writes go to EOF */
+	bool direct;            /* FUSE direct I/O (write-only): immutable */
 	int write_err;          /* sticky deferred error, reported by flush;
 				   protected by itab->lock */
 	unsigned int refs;      /* release + borrowers; protected by itab->lock */
@@ -129,6 +130,9 @@ int fs_itab_path(struct fs_itab *t, struct fs_inode *ino, const char *name,
 /* Attach a new open handle to its inode: h->refs becomes 1 (owned by the
  * kernel's open, dropped by release), and the inode gains a ref. */
 void fs_itab_handle_add(struct fs_itab *t, struct fs_handle *h);
+/* Number of open handles of @ino whose pages the kernel caches (not
+ * direct). */
+unsigned int fs_itab_cached_handles(struct fs_itab *t, struct fs_inode *ino);
 /* Borrow any open handle of @ino (refs + 1), or NULL: used for an unlinked
  * but open file that has no path left. Give it back with handle_put. */
 struct fs_handle *fs_itab_handle_any(struct fs_itab *t, struct fs_inode *ino);

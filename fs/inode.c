@@ -456,6 +456,18 @@ void fs_itab_handle_add(struct fs_itab *t, struct fs_handle *h)
 	pthread_mutex_unlock(&t->lock);
 }
 
+unsigned int fs_itab_cached_handles(struct fs_itab *t, struct fs_inode *ino)
+{
+	struct fs_handle *h;
+	unsigned int n = 0;
+
+	pthread_mutex_lock(&t->lock);
+	for (h = ino->handles; h; h = h->next)
+		n += !h->direct;
+	pthread_mutex_unlock(&t->lock);
+	return n;
+}
+
 struct fs_handle *fs_itab_handle_any(struct fs_itab *t, struct fs_inode *ino)
 {
 	struct fs_handle *h;

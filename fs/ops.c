@@ -25,10 +25,20 @@
  *     remote call.
  *  4. Locks (flock, fcntl) are left to the kernel: they work between the
  *     processes of this machine and are not sent to the share.
+ *  5. A file opened write-only (cp's, rsync's, tar's destination) is opened
+ *     in FUSE direct-I/O mode: the kernel hands the application's bytes to
+ *     us without copying them into its page cache first and without asking
+ *     for security.capability on every write(2). Measured: a 1 GiB cp into
+ *     the mount 0.44-0.54 s instead of 1.9-4.3 s (tests/bench/RESULTS.md).
+ *     Nothing is lost: a write-only descriptor cannot be mmap'ed shared,
+ *     and the pages other descriptors of the file cached are dropped after
+ *     each direct write (write_direct_done()). The kernel then leaves
+ *     clearing setuid/setgid on write to us (clear_suid()).
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -278,6 +288,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	if (fs->use_fd && (conn->capable & FUSE_CAP_SPLICE_WRITE))
 		conn->want |= FUSE_CAP_SPLICE_WRITE;
 	conn->want &= ~FUSE_CAP_SPLICE_READ;
+
 	/* locks stay in the kernel (rule 4) */
 	conn->want &= ~(FUSE_CAP_FLOCK_LOCKS | FUSE_CAP_POSIX_LOCKS);
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
@@ -616,6 +627,8 @@ static int handle_new(struct fs *fs, struct fs_inode *n, struct rmt_file *f,
 	h->file = f;
 	h->inode = n;
 	h->append = (flags & O_APPEND) != 0;
+	/* rule 5 */
+	h->direct = (flags & O_ACCMODE) == O_WRONLY && !fs->o->no_direct_write;
 	fs_itab_handle_add(fs->itab, h);
 	*out = h;
 	return 0;
@@ -648,6 +661,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	/* close-to-open: keep the kernel's pages only if the file did not
 	 * change on the share since the last open */
 	fi->keep_cache = fs_itab_keep_cache(fs->itab, n, &st);
+	fi->direct_io = h->direct;
 	if (!fi->keep_cache) {
 		/* the kernel may still hold the old size and times until
 		 * attr_timeout: drop them too (no dirty pages in write-through
@@ -710,6 +724,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 	fs_itab_keep_cache(fs->itab, n, &st);
 	fill_entry(fs, &e, n, &st);
+	fi->direct_io = h->direct;
 	fi->fh = (uint64_t)(uintptr_t)h;
 	if (fuse_reply_create(req, &e, fi) != 0) {
 		handle_put(fs, h);
@@ -751,6 +766,45 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	else
 		fuse_reply_buf(req, buf, (size_t)n);
 	free(buf);
+}
+
+/*
+ * A write by a user other than root clears setuid, and setgid if group
+ * execute is set, as the kernel does for its own writes (should_remove_suid
+ * in the VFS); our writes to the share are root's, which keep them.
+ */
+static int clear_suid(struct fs *fs, fuse_req_t req, struct fs_handle *h)
+{
+	struct rmt_setattr sa = { .set = RMT_SET_MODE };
+	struct stat st;
+	mode_t kill = S_ISUID;
+	int rc;
+
+	if (fuse_req_ctx(req)->uid == 0)
+		return 0;
+	rc = rmt_file_stat(h->file, &st);
+	if (rc < 0)
+		return rc;
+	if (st.st_mode & S_IXGRP)
+		kill |= S_ISGID;
+	if (!(st.st_mode & kill))
+		return 0;
+	sa.mode = st.st_mode & 07777 & ~kill;
+	return rmt_setattr(fs->rmt, NULL, h->file, &sa);
+}
+
+/* After a direct write (rule 5): set-id bits, other descriptors' pages. */
+static ssize_t write_direct_done(struct fs *fs, fuse_req_t req,
+				 struct fs_handle *h, fuse_ino_t ino, off_t off,
+				 size_t len)
+{
+	int rc = clear_suid(fs, req, h);
+
+	if (rc < 0)
+		return rc;
+	if (fs_itab_cached_handles(fs->itab, h->inode))
+		fuse_lowlevel_notify_inval_inode(fs->se, ino, off, (off_t)len);
+	return (ssize_t)len;
 }
 
 static void op_write_buf(fuse_req_t req, fuse_ino_t ino,
@@ -799,6 +853,8 @@ out_unlock:
 	if (h->append)
 		pthread_mutex_unlock(&h->inode->append_lock);
 	free(buf);
+	if (rc > 0 && h->direct)
+		rc = write_direct_done(fs, req, h, ino, off, (size_t)rc);
 	if (rc < 0)
 		reply_err(req, (int)rc);
 	else
@@ -1214,9 +1270,13 @@ int fs_run(struct fuse_args *args, const struct fs_opts *o)
 			o->remote, strerror(-rc));
 		goto out_rmt;
 	}
-	rc = stat(o->mountpoint, &st) < 0 ? errno
-	     : !S_ISDIR(st.st_mode)        ? ENOTDIR
-					   : 0;
+	/* "/dev/fd/N": mount.fuse3 -o drop_privileges mounted it already */
+	if (!strncmp(o->mountpoint, "/dev/fd/", 8))
+		rc = 0;
+	else
+		rc = stat(o->mountpoint, &st) < 0 ? errno
+		     : !S_ISDIR(st.st_mode)        ? ENOTDIR
+						   : 0;
 	if (rc) {
 		fprintf(stderr, "ferryfs: cannot mount on '%s': %s\n",
 			o->mountpoint, strerror(rc));
@@ -1247,7 +1307,9 @@ int fs_run(struct fuse_args *args, const struct fs_opts *o)
 		rc = fuse_session_loop_mt(se, cfg);
 		fuse_loop_cfg_destroy(cfg);
 	}
-	status = rc == 0 ? 0 : 1;
+	/* the loop returns the signal that ended it: a clean stop */
+	status = (rc == 0 || rc == SIGTERM || rc == SIGINT || rc == SIGHUP) ? 0
+									    : 1;
 out_unmount:
 	fuse_session_unmount(se);
 out_signals:

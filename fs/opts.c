@@ -47,6 +47,7 @@ static const struct fuse_opt opt_spec[] = {
 	OPTV("entry_timeout=%lf", entry_timeout),
 	OPTV("negative_timeout=%lf", negative_timeout),
 	OPT("noallow_other", no_allow_other),
+	OPT("no_direct_write", no_direct_write),
 	FUSE_OPT_END
 };
 
@@ -218,6 +219,8 @@ void fs_usage(const char *progname)
 	       "    -o entry_timeout=SEC   cache names for SEC (1)\n"
 	       "    -o negative_timeout=SEC  cache 'no such file' for SEC (1)\n"
 	       "    -o noallow_other       as root, do not add allow_other\n"
+	       "    -o no_direct_write     page-cache writes for write-only\n"
+	       "                           opens too (slower; see README)\n"
 	       "    -o max_threads=N       at most N worker threads (16)\n"
 	       "    -o max_idle_threads=N  keep N idle threads (8)\n"
 	       "    -o clone_fd            one /dev/fuse fd per thread\n"
