@@ -5,6 +5,14 @@
  *  1. No path reaches a driver unless rmt_path_check() accepted it; the root
  *     is "". So a driver never sees "..", "." or an absolute path.
  *  2. Drivers return -errno; nothing here rewrites their errors.
+ *  3. Every call that reaches a driver is counted here (r->cnt, relaxed
+ *     atomics: rmt_counters()), with the bytes it moved; nothing else
+ *     writes r->cnt but rmt_count_fault().
+ *
+ * rmt_open() takes its own options (remote_rate, remote_stream_rate,
+ * remote_latency, remote_fault: throttle.c parses them) out of the option
+ * string, opens the driver with the rest, and wraps it in the throttle
+ * driver if any was given.
  *
  * Callers: fs/ today; journal/ and cache/ later (see remote.h).
  */
@@ -14,6 +22,23 @@
 #include <string.h>
 
 #include "remote_i.h"
+
+static void count(atomic_uint_least64_t *c, uint64_t n)
+{
+	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
+/* one call that reaches the driver */
+#define OP(r) count(&(r)->cnt.ops, 1)
+
+static void counters_init(struct rmt *r)
+{
+	atomic_init(&r->cnt.bytes_read, 0);
+	atomic_init(&r->cnt.bytes_written, 0);
+	atomic_init(&r->cnt.bytes_copied, 0);
+	atomic_init(&r->cnt.ops, 0);
+	atomic_init(&r->cnt.faults, 0);
+}
 
 int rmt_path_check(const char *path)
 {
@@ -46,6 +71,11 @@ int rmt_path_check(const char *path)
 
 int rmt_open(const char *spec, const char *opts, struct rmt **out)
 {
+	struct rmt_throttle_opts topts;
+	struct rmt *r, *w;
+	char *rest;
+	int rc;
+
 	*out = NULL;
 	if (!spec || !*spec)
 		return -EINVAL;
@@ -55,7 +85,46 @@ int rmt_open(const char *spec, const char *opts, struct rmt **out)
 		/* nfs:// and smb:// drivers come with their issue */
 		return -EPROTONOSUPPORT;
 	}
-	return rmt_path_open(spec, opts, out);
+	rc = rmt_throttle_parse(opts, &topts, &rest);
+	if (rc < 0)
+		return rc;
+	rc = rmt_path_open(spec, topts.any ? rest : opts, &r);
+	free(rest);
+	if (rc < 0)
+		goto out_topts;
+	counters_init(r);
+	if (topts.any) {
+		rc = rmt_throttle_wrap(r, &topts, &w);
+		if (rc < 0) {
+			rmt_close(r);
+			goto out_topts;
+		}
+		r = w;
+		counters_init(r);
+	}
+	*out = r;
+out_topts:
+	rmt_throttle_opts_release(&topts);
+	return rc;
+}
+
+void rmt_counters(const struct rmt *r, struct rmt_counters *out)
+{
+	const struct rmt_cnt *c = &r->cnt;
+
+	out->bytes_read = atomic_load_explicit(&c->bytes_read,
+					       memory_order_relaxed);
+	out->bytes_written = atomic_load_explicit(&c->bytes_written,
+						  memory_order_relaxed);
+	out->bytes_copied = atomic_load_explicit(&c->bytes_copied,
+						 memory_order_relaxed);
+	out->ops = atomic_load_explicit(&c->ops, memory_order_relaxed);
+	out->faults = atomic_load_explicit(&c->faults, memory_order_relaxed);
+}
+
+void rmt_count_fault(struct rmt *r)
+{
+	count(&r->cnt.faults, 1);
 }
 
 void rmt_close(struct rmt *r)
@@ -89,17 +158,20 @@ const char *rmt_id(const struct rmt *r)
 int rmt_stat(struct rmt *r, const char *path, struct stat *st)
 {
 	CHECK(path);
+	OP(r);
 	return r->ops->stat(r, path, st);
 }
 
 int rmt_statfs(struct rmt *r, struct statvfs *sv)
 {
+	OP(r);
 	return r->ops->statfs(r, sv);
 }
 
 int rmt_readdir(struct rmt *r, const char *path, rmt_dirent_fn fn, void *arg)
 {
 	CHECK(path);
+	OP(r);
 	return r->ops->readdir(r, path, fn, arg);
 }
 
@@ -108,6 +180,7 @@ int rmt_mkdir(struct rmt *r, const char *path, mode_t mode)
 	CHECK(path);
 	if (!*path)
 		return -EEXIST;
+	OP(r);
 	return r->ops->mkdir(r, path, mode);
 }
 
@@ -116,6 +189,7 @@ int rmt_syncdir(struct rmt *r, const char *path)
 	CHECK(path);
 	if (!r->ops->syncdir)
 		return 0;
+	OP(r);
 	return r->ops->syncdir(r, path);
 }
 
@@ -124,6 +198,7 @@ int rmt_rmdir(struct rmt *r, const char *path)
 	CHECK(path);
 	if (!*path)
 		return -EBUSY;
+	OP(r);
 	return r->ops->rmdir(r, path);
 }
 
@@ -132,6 +207,7 @@ int rmt_unlink(struct rmt *r, const char *path)
 	CHECK(path);
 	if (!*path)
 		return -EISDIR;
+	OP(r);
 	return r->ops->unlink(r, path);
 }
 
@@ -142,6 +218,7 @@ int rmt_mknod(struct rmt *r, const char *path, mode_t mode, dev_t rdev)
 		return -EEXIST;
 	if (!S_ISFIFO(mode) && !S_ISSOCK(mode))
 		return -EPERM;
+	OP(r);
 	return r->ops->mknod(r, path, mode, rdev);
 }
 
@@ -152,6 +229,7 @@ int rmt_symlink(struct rmt *r, const char *target, const char *path)
 		return -EEXIST;
 	if (!target || !*target)
 		return -ENOENT;
+	OP(r);
 	return r->ops->symlink(r, target, path);
 }
 
@@ -160,6 +238,7 @@ int rmt_readlink(struct rmt *r, const char *path, char *buf, size_t size)
 	CHECK(path);
 	if (size == 0)
 		return -EINVAL;
+	OP(r);
 	return r->ops->readlink(r, path, buf, size);
 }
 
@@ -171,6 +250,7 @@ int rmt_link(struct rmt *r, const char *from, const char *to)
 		return -EEXIST;
 	if (!*from)
 		return -EPERM;
+	OP(r);
 	return r->ops->link(r, from, to);
 }
 
@@ -185,6 +265,7 @@ int rmt_rename(struct rmt *r, const char *from, const char *to,
 		return -EINVAL;
 	if ((flags & RMT_RENAME_NOREPLACE) && (flags & RMT_RENAME_EXCHANGE))
 		return -EINVAL;
+	OP(r);
 	return r->ops->rename(r, from, to, flags);
 }
 
@@ -197,6 +278,7 @@ int rmt_setattr(struct rmt *r, const char *path, struct rmt_file *f,
 		CHECK(path);
 	else if (path)
 		CHECK(path);
+	OP(r);
 	return r->ops->setattr(r, path, f, sa);
 }
 
@@ -206,6 +288,7 @@ ssize_t rmt_getxattr(struct rmt *r, const char *path, const char *name,
 	CHECK(path);
 	if (!(r->caps & RMT_CAP_XATTR))
 		return -EOPNOTSUPP;
+	OP(r);
 	return r->ops->getxattr(r, path, name, buf, size);
 }
 
@@ -215,6 +298,7 @@ int rmt_setxattr(struct rmt *r, const char *path, const char *name,
 	CHECK(path);
 	if (!(r->caps & RMT_CAP_XATTR))
 		return -EOPNOTSUPP;
+	OP(r);
 	return r->ops->setxattr(r, path, name, value, size, flags);
 }
 
@@ -223,6 +307,7 @@ ssize_t rmt_listxattr(struct rmt *r, const char *path, char *buf, size_t size)
 	CHECK(path);
 	if (!(r->caps & RMT_CAP_XATTR))
 		return 0;
+	OP(r);
 	return r->ops->listxattr(r, path, buf, size);
 }
 
@@ -231,6 +316,7 @@ int rmt_removexattr(struct rmt *r, const char *path, const char *name)
 	CHECK(path);
 	if (!(r->caps & RMT_CAP_XATTR))
 		return -EOPNOTSUPP;
+	OP(r);
 	return r->ops->removexattr(r, path, name);
 }
 
@@ -241,6 +327,7 @@ int rmt_file_open(struct rmt *r, const char *path, int flags, mode_t mode,
 	CHECK(path);
 	if (!*path)
 		return -EISDIR;
+	OP(r);
 	return r->ops->file_open(r, path, flags, mode, out);
 }
 
@@ -248,27 +335,44 @@ int rmt_file_close(struct rmt_file *f)
 {
 	if (!f)
 		return 0;
+	OP(f->r);
 	return f->r->ops->file_close(f);
 }
 
 ssize_t rmt_file_pread(struct rmt_file *f, void *buf, size_t len, off_t off)
 {
-	return f->r->ops->file_pread(f, buf, len, off);
+	struct rmt *r = f->r;
+	ssize_t n;
+
+	OP(r);
+	n = r->ops->file_pread(f, buf, len, off);
+	if (n > 0)
+		count(&r->cnt.bytes_read, (uint64_t)n);
+	return n;
 }
 
 ssize_t rmt_file_pwrite(struct rmt_file *f, const void *buf, size_t len,
 			off_t off)
 {
-	return f->r->ops->file_pwrite(f, buf, len, off);
+	struct rmt *r = f->r;
+	ssize_t n;
+
+	OP(r);
+	n = r->ops->file_pwrite(f, buf, len, off);
+	if (n > 0)
+		count(&r->cnt.bytes_written, (uint64_t)n);
+	return n;
 }
 
 int rmt_file_stat(struct rmt_file *f, struct stat *st)
 {
+	OP(f->r);
 	return f->r->ops->file_stat(f, st);
 }
 
 int rmt_file_fsync(struct rmt_file *f, bool datasync)
 {
+	OP(f->r);
 	return f->r->ops->file_fsync(f, datasync);
 }
 
@@ -276,16 +380,19 @@ int rmt_file_flush(struct rmt_file *f)
 {
 	if (!f->r->ops->file_flush)
 		return 0;
+	OP(f->r);
 	return f->r->ops->file_flush(f);
 }
 
 int rmt_file_fallocate(struct rmt_file *f, int mode, off_t off, off_t len)
 {
+	OP(f->r);
 	return f->r->ops->file_fallocate(f, mode, off, len);
 }
 
 off_t rmt_file_seek(struct rmt_file *f, off_t off, int whence)
 {
+	OP(f->r);
 	return f->r->ops->file_seek(f, off, whence);
 }
 
@@ -334,7 +441,12 @@ ssize_t rmt_file_copy(struct rmt_file *in, off_t off_in, struct rmt_file *out,
 						   : off_out - off_in) < len)
 		return -EINVAL;
 	if (in->r->ops->file_copy) {
-		ssize_t n = in->r->ops->file_copy(in, off_in, out, off_out, len);
+		ssize_t n;
+
+		OP(in->r);
+		n = in->r->ops->file_copy(in, off_in, out, off_out, len);
+		if (n > 0)
+			count(&in->r->cnt.bytes_copied, (uint64_t)n);
 		if (n != -EOPNOTSUPP && n != -EXDEV && n != -ENOSYS &&
 		    n != -EINVAL)
 			return n;

@@ -84,10 +84,30 @@ typedef int (*rmt_dirent_fn)(const char *name, const struct stat *st,
 /*
  * Open a share given as a string: for now an existing directory (the path
  * driver). Later "nfs://..." and "smb://...". @opts is a comma-separated
- * option string for the driver, may be NULL.
- * Errors: -ENOENT, -ENOTDIR, -EACCES (the root), -EINVAL (a malformed spec),
- * -EPROTONOSUPPORT (a scheme with no driver). Caller owns *out; free with
- * rmt_close().
+ * option string, may be NULL. These options are taken by rmt_open() itself;
+ * all others go to the driver:
+ *
+ *   remote_rate=RATE         all data through this struct rmt (bytes read,
+ *                            written and copied), all threads together,
+ *                            is capped at RATE bytes/s
+ *   remote_stream_rate=RATE  each stream is capped at RATE; a stream is one
+ *                            calling thread (the flusher runs one per thread)
+ *   remote_latency=DURATION  every operation first waits DURATION
+ *   remote_fault=FILE        while FILE (an absolute path) exists, every
+ *                            operation fails with -EIO, or with the errno
+ *                            named in the file ("ENOSPC", "ETIMEDOUT", ...)
+ *
+ * RATE is a number with an optional suffix K (or k), M, G (x1000) or Ki, Mi,
+ * Gi (x1024): "110M", "1.5Gi". DURATION is a number with a unit ns, us, ms
+ * or s: "500us", "0.5ms" ("0" alone is allowed). A later option overrides
+ * an earlier one of the same name. With any of them, the share is wrapped
+ * in the throttle driver (remote/throttle.c), a simulation aid that lets
+ * the gain of parallel streams be measured without a network; its rmt_id()
+ * is the share's own, its rmt_caps() the share's without RMT_CAP_FD.
+ *
+ * Errors: -ENOENT, -ENOTDIR, -EACCES (the root), -EINVAL (a malformed spec,
+ * a malformed or unknown option), -EPROTONOSUPPORT (a scheme with no
+ * driver), -ENOMEM. Caller owns *out; free with rmt_close().
  */
 int rmt_open(const char *spec, const char *opts, struct rmt **out);
 
@@ -100,6 +120,24 @@ unsigned int rmt_caps(const struct rmt *r);
 /* A stable string naming the share (driver and canonical location), e.g.
  * "path:/srv/nas". Owned by r. */
 const char *rmt_id(const struct rmt *r);
+
+/*
+ * What went through a struct rmt since rmt_open(), counted in remote.c for
+ * every driver. Each field is read atomically, but not all of them at one
+ * instant; any thread may call rmt_counters() at any time.
+ */
+struct rmt_counters {
+	uint64_t bytes_read;    /* returned by rmt_file_pread() */
+	uint64_t bytes_written; /* written by rmt_file_pwrite() */
+	/* copied by the driver itself in rmt_file_copy(); a copy that falls
+	 * back to reading and writing through this process counts in
+	 * bytes_read and bytes_written instead */
+	uint64_t bytes_copied;
+	uint64_t ops;    /* calls that reached the driver, failed ones too */
+	uint64_t faults; /* failures injected by remote_fault (rmt_open) */
+};
+
+void rmt_counters(const struct rmt *r, struct rmt_counters *out);
 
 /*
  * Check a relative path: 0, or -EINVAL for NULL, "/x", "a//b", "a/./b",

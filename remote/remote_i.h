@@ -11,6 +11,8 @@
 #ifndef FERRYFS_REMOTE_I_H
 #define FERRYFS_REMOTE_I_H
 
+#include <stdatomic.h>
+
 #include "remote.h"
 
 struct rmt_ops {
@@ -64,10 +66,17 @@ struct rmt_ops {
 	int (*syncdir)(struct rmt *r, const char *path);
 };
 
+/* rmt_counters(); relaxed atomics, set to 0 by rmt_open() */
+struct rmt_cnt {
+	atomic_uint_least64_t bytes_read, bytes_written, bytes_copied;
+	atomic_uint_least64_t ops, faults;
+};
+
 struct rmt {
 	const struct rmt_ops *ops;
 	unsigned int caps; /* enum rmt_caps */
 	char *id;          /* rmt_id(); freed by remote.c */
+	struct rmt_cnt cnt; /* updated by remote.c only */
 };
 
 struct rmt_file {
@@ -76,5 +85,37 @@ struct rmt_file {
 
 /* Driver constructors, called by rmt_open(). */
 int rmt_path_open(const char *dir, const char *opts, struct rmt **out);
+
+/* The throttle options of rmt_open() (remote.h), parsed. */
+struct rmt_throttle_opts {
+	bool any;             /* some remote_* option of ours was given */
+	uint64_t rate;        /* bytes/s, all threads together; 0 = no cap */
+	uint64_t stream_rate; /* bytes/s per calling thread; 0 = no cap */
+	int64_t latency_ns;   /* waited before every operation */
+	char *fault;          /* absolute path of the fault switch, or NULL */
+};
+
+/*
+ * Split @opts (may be NULL) into the throttle options, parsed into *t, and
+ * the rest. If t->any, *rest is the other options joined by ',' (maybe "";
+ * empty items are dropped) for the driver; else *rest is NULL and the
+ * driver gets @opts unchanged. Errors: -EINVAL (an option of ours is
+ * malformed; logged), -ENOMEM; then *t holds nothing to release and *rest
+ * is NULL. Caller frees *rest and releases *t (rmt_throttle_opts_release).
+ */
+int rmt_throttle_parse(const char *opts, struct rmt_throttle_opts *t,
+		       char **rest);
+void rmt_throttle_opts_release(struct rmt_throttle_opts *t);
+
+/*
+ * Wrap @inner in the throttle driver (throttle.c). On success the wrapper
+ * owns @inner (rmt_close() of it closes both) and t->fault (set to NULL);
+ * on error (-ENOMEM, or a pthread error) nothing changed.
+ */
+int rmt_throttle_wrap(struct rmt *inner, struct rmt_throttle_opts *t,
+		      struct rmt **out);
+
+/* A driver injected a failure (remote_fault): counted in rmt_counters(). */
+void rmt_count_fault(struct rmt *r);
 
 #endif

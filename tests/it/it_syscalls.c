@@ -2885,6 +2885,50 @@ static int walk(const char *root, const char *comp, int depth, bool create)
 	return dfd;
 }
 
+/*
+ * Write-only opens use FUSE direct I/O (fs/ops.c rule 5): a reader that
+ * cached the pages, by read() or by a shared mapping, must still see every
+ * byte a write-only descriptor writes.
+ */
+static void t_direct_coherence(void)
+{
+	char buf[8192], got[4];
+	int r, w;
+	char *m;
+
+	memset(buf, 'A', sizeof(buf));
+	w = open(mp("dio"), O_CREAT | O_TRUNC | O_WRONLY, 0644);
+	if (!check_sys(w, "direct write: create"))
+		return;
+	check(write(w, buf, sizeof(buf)) == (ssize_t)sizeof(buf),
+	      "direct write: fill", "%s", strerror(errno));
+	r = open(mp("dio"), O_RDONLY);
+	if (!check_sys(r, "direct write: open a reader")) {
+		close(w);
+		return;
+	}
+	check(pread(r, got, 4, 0) == 4 && !memcmp(got, "AAAA", 4),
+	      "direct write: the reader caches the old bytes", "%.4s", got);
+	m = mmap(NULL, sizeof(buf), PROT_READ, MAP_SHARED, r, 0);
+	check(m != MAP_FAILED && m[4096] == 'A',
+	      "direct write: a shared mapping of the reader", "%s",
+	      strerror(errno));
+	check(pwrite(w, "BBBB", 4, 0) == 4 && pwrite(w, "CCCC", 4, 4096) == 4,
+	      "direct write: write through the write-only descriptor", "%s",
+	      strerror(errno));
+	check(pread(r, got, 4, 0) == 4 && !memcmp(got, "BBBB", 4),
+	      "direct write: read() of the reader sees the new bytes", "%.4s",
+	      got);
+	if (m != MAP_FAILED) {
+		check(!memcmp(m + 4096, "CCCC", 4),
+		      "direct write: the mapping sees the new bytes", "%.4s",
+		      m + 4096);
+		munmap(m, sizeof(buf));
+	}
+	close(r);
+	close(w);
+}
+
 static void t_deep(void)
 {
 	/*
@@ -3183,6 +3227,7 @@ int main(void)
 	t_setid_clear();
 	t_enospc();
 	t_odd_names();
+	t_direct_coherence();
 	t_deep();
 	t_parallel();
 	t_excl_race();
