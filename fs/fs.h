@@ -16,6 +16,7 @@ struct fuse_args;
 struct fs_opts {
 	char *remote;       /* REMOTE (first non-option argument) */
 	char *mountpoint;   /* MOUNTPOINT (second) */
+	char *remote_opts;  /* -o remote_*=...: for rmt_open(), or NULL */
 	bool foreground;    /* -f */
 	bool debug;         /* -d */
 	bool single_thread; /* -s */

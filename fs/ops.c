@@ -617,6 +617,16 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 
 /* --- files ----------------------------------------------------------- */
 
+/*
+ * close(2) costs a FLUSH round trip; it is worth it only where it can
+ * report something: a written file on a share whose close reports errors.
+ */
+static bool needs_flush(struct fs *fs, int flags)
+{
+	return (flags & O_ACCMODE) != O_RDONLY &&
+	       (rmt_caps(fs->rmt) & RMT_CAP_CLOSE_ERRORS);
+}
+
 static int handle_new(struct fs *fs, struct fs_inode *n, struct rmt_file *f,
 		      int flags, struct fs_handle **out)
 {
@@ -662,6 +672,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	 * change on the share since the last open */
 	fi->keep_cache = fs_itab_keep_cache(fs->itab, n, &st);
 	fi->direct_io = h->direct;
+	fi->noflush = !needs_flush(fs, fi->flags);
 	if (!fi->keep_cache) {
 		/* the kernel may still hold the old size and times until
 		 * attr_timeout: drop them too (no dirty pages in write-through
@@ -725,6 +736,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	fs_itab_keep_cache(fs->itab, n, &st);
 	fill_entry(fs, &e, n, &st);
 	fi->direct_io = h->direct;
+	fi->noflush = !needs_flush(fs, fi->flags);
 	fi->fh = (uint64_t)(uintptr_t)h;
 	if (fuse_reply_create(req, &e, fi) != 0) {
 		handle_put(fs, h);
@@ -1249,7 +1261,7 @@ int fs_run(struct fuse_args *args, const struct fs_opts *o)
 	int rc, status = 1;
 
 	umask(0); /* the kernel already applied the caller's umask */
-	rc = rmt_open(o->remote, NULL, &fs.rmt);
+	rc = rmt_open(o->remote, o->remote_opts, &fs.rmt);
 	if (rc < 0) {
 		fprintf(stderr, "ferryfs: cannot open remote '%s': %s\n",
 			o->remote, strerror(-rc));

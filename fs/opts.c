@@ -26,6 +26,7 @@ enum {
 	KEY_VERSION,
 	KEY_DEBUG,
 	KEY_FOREGROUND,
+	KEY_REMOTE_OPT,
 };
 
 #define OPT(t, field) { t, offsetof(struct fs_opts, field), 1 }
@@ -39,6 +40,11 @@ static const struct fuse_opt opt_spec[] = {
 	FUSE_OPT_KEY("-d", KEY_DEBUG),
 	FUSE_OPT_KEY("debug", KEY_DEBUG),
 	FUSE_OPT_KEY("-f", KEY_FOREGROUND),
+	/* the remote's own options (remote/throttle.c): passed to rmt_open */
+	FUSE_OPT_KEY("remote_rate=", KEY_REMOTE_OPT),
+	FUSE_OPT_KEY("remote_stream_rate=", KEY_REMOTE_OPT),
+	FUSE_OPT_KEY("remote_latency=", KEY_REMOTE_OPT),
+	FUSE_OPT_KEY("remote_fault=", KEY_REMOTE_OPT),
 	OPT("-s", single_thread),
 	OPT("clone_fd", clone_fd),
 	OPTV("max_idle_threads=%u", max_idle_threads),
@@ -80,6 +86,12 @@ static int opt_proc(void *data, const char *arg, int key,
 		return 1; /* keep: libfuse then prints every request */
 	case KEY_FOREGROUND:
 		o->foreground = true;
+		return 0;
+	case KEY_REMOTE_OPT:
+		if (fuse_opt_add_opt(&o->remote_opts, arg) < 0) {
+			c->rc = -ENOMEM;
+			return -1;
+		}
 		return 0;
 	case FUSE_OPT_KEY_NONOPT: {
 		char **slot = !o->remote       ? &o->remote
@@ -196,8 +208,10 @@ void fs_opts_release(struct fs_opts *o)
 {
 	free(o->remote);
 	free(o->mountpoint);
+	free(o->remote_opts);
 	o->remote = NULL;
 	o->mountpoint = NULL;
+	o->remote_opts = NULL;
 }
 
 void fs_usage(const char *progname)
@@ -224,6 +238,13 @@ void fs_usage(const char *progname)
 	       "    -o max_threads=N       at most N worker threads (16)\n"
 	       "    -o max_idle_threads=N  keep N idle threads (8)\n"
 	       "    -o clone_fd            one /dev/fuse fd per thread\n"
+	       "\n"
+	       "simulation aids (slow the remote down, to measure without a\n"
+	       "network; RATE in bytes/s with K/M/G or Ki/Mi/Gi):\n"
+	       "    -o remote_rate=RATE    all streams together\n"
+	       "    -o remote_stream_rate=RATE  each stream (thread)\n"
+	       "    -o remote_latency=DURATION  added to every remote call\n"
+	       "    -o remote_fault=FILE   remote calls fail while FILE exists\n"
 	       "\n"
 	       "Run as root, ferryfs adds allow_other; it always adds\n"
 	       "default_permissions (the kernel checks access) and\n"

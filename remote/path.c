@@ -53,6 +53,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -218,6 +219,35 @@ static bool probe_xattr(int rootfd)
 
 static const struct rmt_ops path_ops;
 
+/* Is the share a network (or FUSE) filesystem, whose close(2) can report
+ * write errors late? Unknown types count as network: flushing costs a
+ * round trip, a lost error costs data. */
+static bool on_network_fs(int fd)
+{
+	struct statfs sf;
+
+	if (fstatfs(fd, &sf) < 0)
+		return true;
+	switch ((unsigned long)sf.f_type) {
+	case 0xEF53:     /* ext2/3/4 */
+	case 0x58465342: /* xfs */
+	case 0x9123683E: /* btrfs */
+	case 0x01021994: /* tmpfs */
+	case 0x2FC12FC1: /* zfs */
+	case 0xF2F52010: /* f2fs */
+	case 0x3153464A: /* jfs */
+	case 0x52654973: /* reiserfs */
+	case 0x4d44:     /* vfat */
+	case 0x2011BAB0: /* exfat */
+	case 0x5346544e: /* ntfs */
+	case 0x7366746e: /* ntfs3 */
+	case 0x794c7630: /* overlayfs */
+		return false;
+	default:
+		return true;
+	}
+}
+
 int rmt_path_open(const char *dir, const char *opts, struct rmt **out)
 {
 	struct prmt *p;
@@ -262,6 +292,8 @@ int rmt_path_open(const char *dir, const char *opts, struct rmt **out)
 	p->rootfd = fd;
 	p->proc = probe_proc(fd);
 	p->base.caps = RMT_CAP_THREADSAFE | RMT_CAP_FD;
+	if (on_network_fs(p->rootfd))
+		p->base.caps |= RMT_CAP_CLOSE_ERRORS;
 	if (p->proc && probe_xattr(fd))
 		p->base.caps |= RMT_CAP_XATTR;
 	*out = &p->base;

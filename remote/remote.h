@@ -44,6 +44,9 @@ enum rmt_caps {
 	RMT_CAP_THREADSAFE = 1 << 0, /* one struct rmt serves all threads */
 	RMT_CAP_XATTR = 1 << 1,      /* extended attributes are stored */
 	RMT_CAP_FD = 1 << 2,         /* rmt_file_fd() gives a kernel fd */
+	/* closing a written file can report errors the writes did not (a
+	 * kernel NFS/SMB mount below): rmt_file_flush() is worth calling */
+	RMT_CAP_CLOSE_ERRORS = 1 << 3,
 };
 
 /* Which fields of a struct rmt_setattr are applied. */

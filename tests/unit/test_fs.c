@@ -329,6 +329,22 @@ static void test_fs__opts_fstab_form_and_flags(void **state)
 	fs_opts_release(&o);
 }
 
+static void test_fs__opts_remote_options_go_to_the_remote(void **state)
+{
+	struct fuse_args args;
+	struct fs_opts o;
+	char err[256];
+
+	(void)state;
+	assert_rc_ok(parse(&args, &o, err, 5, "ferryfs", "/srv", "/mnt", "-o",
+			   "remote_rate=110M,ro,remote_latency=1ms"));
+	assert_non_null(o.remote_opts);
+	assert_string_equal(o.remote_opts, "remote_rate=110M,remote_latency=1ms");
+	assert_false(has_arg(&args, "remote_rate=110M"));
+	fuse_opt_free_args(&args);
+	fs_opts_release(&o);
+}
+
 static void test_fs__opts_errors(void **state)
 {
 	struct fuse_args args;
@@ -371,6 +387,7 @@ int main(void)
 		T(test_fs__keep_cache_close_to_open),
 		cmocka_unit_test(test_fs__opts_mount_verb_and_defaults),
 		cmocka_unit_test(test_fs__opts_fstab_form_and_flags),
+		cmocka_unit_test(test_fs__opts_remote_options_go_to_the_remote),
 		cmocka_unit_test(test_fs__opts_errors),
 #undef T
 	};
