@@ -1,0 +1,1145 @@
+/*
+ * data.c - staging files and chunk records (journal.h "data" and "the
+ * flusher's side"; the chunk state diagram and invariants 1-5, 10, 11 are
+ * in journal.c).
+ *
+ * A write is three steps: (1) with rw shared, decide from pend/committing
+ * and then LMDB whether the chunks it touches are held and how many new
+ * staging bytes it adds; (2) pwrite to data/<id>; (3) record marks in the
+ * pending table (memory). The group commit (journal.c) turns the marks into
+ * chunk records. Fill and truncate take rw exclusive, so "held" never
+ * changes under a writer that has decided.
+ *
+ * Imported files and jnl_chunk_fill(). A chunk of an imported node holds
+ * remote bytes in [0, rvalid). A write that covers such a chunk only in part
+ * would leave zeros in staging where the remote has data, and the flusher
+ * would send those zeros. So jnl_write() refuses (-ENODATA) until the
+ * chunk is held: fs/ reads the chunk from the remote and gives it to
+ * jnl_chunk_fill(), which stores it as FLUSHED, then writes again.
+ *
+ * Callers: fs/ (write, read, fill, fsync) and the flusher (claim, release).
+ */
+#include <inttypes.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "journal_i.h"
+#include "log.h"
+#include "sys.h"
+
+/* --- the pending table ------------------------------------------------------ */
+
+static size_t ptab_hash(jnl_id id, uint64_t idx)
+{
+	uint64_t h = id * 0x9e3779b97f4a7c15ull ^ (idx + 0x632be59bd9b4e019ull) *
+						     0xc2b2ae3d27d4eb4full;
+
+	h ^= h >> 29;
+	return (size_t)h;
+}
+
+struct jnl_pent *jnl_ptab_find(struct jnl_ptab *t, jnl_id id, uint64_t idx)
+{
+	if (!t->cap)
+		return NULL;
+	for (size_t i = ptab_hash(id, idx) & (t->cap - 1);;
+	     i = (i + 1) & (t->cap - 1)) {
+		struct jnl_pent *e = &t->e[i];
+
+		if (!(e->flags & JNL_PENT_USED))
+			return NULL;
+		if (e->id == id && e->idx == idx)
+			return e;
+	}
+}
+
+static int ptab_grow(struct jnl_ptab *t)
+{
+	size_t cap = t->cap ? t->cap * 2 : 64;
+	struct jnl_pent *e = calloc(cap, sizeof(*e));
+
+	if (!e)
+		return -ENOMEM;
+	for (size_t i = 0; i < t->cap; i++) {
+		struct jnl_pent *o = &t->e[i];
+		size_t k;
+
+		if (!(o->flags & JNL_PENT_USED))
+			continue;
+		for (k = ptab_hash(o->id, o->idx) & (cap - 1);
+		     e[k].flags & JNL_PENT_USED; k = (k + 1) & (cap - 1))
+			;
+		e[k] = *o;
+	}
+	free(t->e);
+	t->e = e;
+	t->cap = cap;
+	return 0;
+}
+
+struct jnl_pent *jnl_ptab_get(struct jnl_ptab *t, jnl_id id, uint64_t idx)
+{
+	struct jnl_pent *e = jnl_ptab_find(t, id, idx);
+	size_t i;
+
+	if (e)
+		return e;
+	if ((t->used + 1) * 2 > t->cap && ptab_grow(t))
+		return NULL;
+	for (i = ptab_hash(id, idx) & (t->cap - 1);
+	     t->e[i].flags & JNL_PENT_USED; i = (i + 1) & (t->cap - 1))
+		;
+	e = &t->e[i];
+	memset(e, 0, sizeof(*e));
+	e->id = id;
+	e->idx = idx;
+	e->flags = JNL_PENT_USED;
+	t->used++;
+	return e;
+}
+
+void jnl_ptab_clear(struct jnl_ptab *t)
+{
+	if (t->cap > 65536) { /* after a burst: give the memory back */
+		jnl_ptab_free(t);
+		return;
+	}
+	if (t->cap)
+		memset(t->e, 0, t->cap * sizeof(*t->e));
+	t->used = 0;
+}
+
+void jnl_ptab_free(struct jnl_ptab *t)
+{
+	free(t->e);
+	memset(t, 0, sizeof(*t));
+}
+
+/* A mark of (id, idx) in pend or committing. lock held. */
+static void pend_find(struct jnl *j, jnl_id id, uint64_t idx,
+		      struct jnl_pent *out)
+{
+	struct jnl_pent *a = jnl_ptab_find(&j->pend, id, idx);
+	struct jnl_pent *b = jnl_ptab_find(&j->committing, id, idx);
+
+	memset(out, 0, sizeof(*out));
+	for (int i = 0; i < 2; i++) {
+		struct jnl_pent *e = i ? b : a;
+
+		if (!e)
+			continue;
+		out->flags |= e->flags;
+		if (e->len > out->len)
+			out->len = e->len;
+		if (e->max_end > out->max_end)
+			out->max_end = e->max_end;
+		if ((e->flags & JNL_PENT_MTIME) && e == a)
+			out->mtime = e->mtime; /* pend is the newer */
+		else if ((e->flags & JNL_PENT_MTIME) &&
+			 !(a && (a->flags & JNL_PENT_MTIME)))
+			out->mtime = e->mtime;
+	}
+}
+
+static bool pent_held(const struct jnl_pent *e)
+{
+	return e->flags & (JNL_PENT_DIRTY | JNL_PENT_FILL);
+}
+
+void jnl_pend_node_get(struct jnl *j, jnl_id id, struct jnl_pnode *p)
+{
+	struct jnl_pent e;
+
+	pthread_mutex_lock(&j->lock);
+	pend_find(j, id, JNL_PENT_NODE, &e);
+	pthread_mutex_unlock(&j->lock);
+	p->size_set = e.flags & JNL_PENT_SIZE;
+	p->mtime_set = e.flags & JNL_PENT_MTIME;
+	p->max_end = e.max_end;
+	p->mtime = e.mtime;
+}
+
+void jnl_pnode_merge(const struct jnl_pnode *p, struct jnl_node_rec *r)
+{
+	if (p->size_set && p->max_end > r->size)
+		r->size = p->max_end;
+	if (p->mtime_set) {
+		r->mtime_sec = r->ctime_sec = (int64_t)p->mtime.tv_sec;
+		r->mtime_nsec = r->ctime_nsec = (uint32_t)p->mtime.tv_nsec;
+	}
+}
+
+int jnl_pend_setattr(struct jnl *j, jnl_id id, unsigned int set,
+		     uint64_t size)
+{
+	uint64_t first = (size + j->chunk_size - 1) >> j->chunk_shift;
+	int fd, rc = 0;
+
+	pthread_mutex_lock(&j->lock);
+	/* committing is empty: the caller holds commit_lock */
+	for (size_t i = 0; i < j->pend.cap; i++) {
+		struct jnl_pent *e = &j->pend.e[i];
+
+		if (!(e->flags & JNL_PENT_USED) || e->id != id)
+			continue;
+		if (e->idx == JNL_PENT_NODE) {
+			if ((set & JNL_SET_SIZE) && e->max_end > size)
+				e->max_end = size;
+			if (set & JNL_SET_MTIME)
+				e->flags &= ~(unsigned int)JNL_PENT_MTIME;
+		} else if ((set & JNL_SET_SIZE) && e->idx >= first) {
+			j->pend_new -= e->added;
+			e->added = 0;
+			e->len = 0;
+			e->flags = JNL_PENT_USED; /* no mark left */
+		} else if ((set & JNL_SET_SIZE) &&
+			   ((e->idx << j->chunk_shift) + e->len > size)) {
+			e->len = (uint32_t)(size - (e->idx << j->chunk_shift));
+		}
+	}
+	pthread_mutex_unlock(&j->lock);
+	if (!(set & JNL_SET_SIZE))
+		return 0;
+	rc = jnl_fd_get(j, id, false, &fd);
+	if (rc == -ENOENT)
+		return 0;
+	if (rc)
+		return rc;
+	rc = jnl_sys_ftruncate(fd, (off_t)size);
+	jnl_fd_put(j, id, fd);
+	if (rc)
+		LOG_ERR("cannot truncate staging file of node %" PRIu64
+			" in '%s': %s", id, j->dir, strerror(-rc));
+	return jnl_fail(j, rc);
+}
+
+/* --- chunk records ------------------------------------------------------------ */
+
+int jnl_chunk_get(struct jnl *j, MDB_txn *txn, jnl_id id, uint64_t idx,
+		  struct jnl_chunk_rec *c)
+{
+	struct jnl_key16 kk = jnl_key16(id, idx);
+	MDB_val k = { 16, kk.b }, v;
+	int rc = mdb_get(txn, j->db_chunks, &k, &v);
+
+	if (rc)
+		return jnl_mdb(j, rc);
+	if (v.mv_size != sizeof(*c))
+		goto bad;
+	memcpy(c, v.mv_data, sizeof(*c));
+	if (c->version != JNL_CHUNK_REC_VERSION ||
+	    c->state < JNL_CHUNK_DIRTY || c->state > JNL_CHUNK_FLUSHED)
+		goto bad;
+	return 0;
+bad:
+	LOG_ERR("journal '%s': bad record of chunk %" PRIu64 "/%" PRIu64,
+		j->dir, id, idx);
+	return jnl_fail(j, -EIO);
+}
+
+static uint64_t *state_bytes(struct jnl_meta_rec *m, int state)
+{
+	switch (state) {
+	case JNL_CHUNK_DIRTY:
+		return &m->dirty_bytes;
+	case JNL_CHUNK_INFLIGHT:
+		return &m->inflight_bytes;
+	case JNL_CHUNK_FLUSHED:
+		return &m->flushed_bytes;
+	}
+	BUG("chunk state %d", state);
+}
+
+static int dirtyq_put(struct jnl_wtx *w, uint64_t dseq,
+		      const struct jnl_key16 *key, bool in)
+{
+	unsigned char kb[8];
+	MDB_val k = { 8, kb }, v = { 16, (void *)key->b };
+
+	jnl_be64_put(kb, dseq);
+	if (in)
+		return jnl_mdb(w->j, mdb_put(w->txn, w->j->db_dirtyq, &k, &v,
+					     0));
+	return jnl_mdb(w->j, mdb_del(w->txn, w->j->db_dirtyq, &k, NULL));
+}
+
+/*
+ * Move chunk (id, idx) from @old (NULL: no record) to @nw (NULL: delete
+ * it), keeping invariants 2-4: the inflight and dirtyq indexes, the byte
+ * counters in w->m, and @n's unflushed count and DATA flag (the caller
+ * writes @n). The only function that writes chunk records.
+ */
+static int chunk_move(struct jnl_wtx *w, jnl_id id, struct jnl_nrec *n,
+		      uint64_t idx, const struct jnl_chunk_rec *old,
+		      const struct jnl_chunk_rec *nw)
+{
+	struct jnl *j = w->j;
+	struct jnl_key16 key = jnl_key16(id, idx);
+	MDB_val k = { 16, key.b }, v;
+	bool claimable = jnl_node_claimable(&n->r);
+	bool oq = old && old->state == JNL_CHUNK_DIRTY && claimable;
+	bool nq = nw && nw->state == JNL_CHUNK_DIRTY && claimable;
+	bool oi = old && old->state == JNL_CHUNK_INFLIGHT;
+	bool ni = nw && nw->state == JNL_CHUNK_INFLIGHT;
+	bool had = n->r.flags & JNL_NODE_DATA;
+	int rc = 0;
+
+	if (old) {
+		*state_bytes(&w->m, old->state) -= old->length;
+		if (old->state != JNL_CHUNK_FLUSHED)
+			n->r.unflushed--;
+	}
+	if (nw) {
+		*state_bytes(&w->m, nw->state) += nw->length;
+		if (nw->state != JNL_CHUNK_FLUSHED)
+			n->r.unflushed++;
+	}
+	if (had != (n->r.unflushed > 0)) {
+		n->r.flags ^= JNL_NODE_DATA;
+		w->m.dirty_nodes += had ? (uint64_t)-1 : 1;
+	}
+	w->m_dirty = true;
+
+	if (oi && !ni)
+		rc = jnl_mdb(j, mdb_del(w->txn, j->db_inflight, &k, NULL));
+	if (!rc && ni && !oi) {
+		v.mv_size = 0;
+		v.mv_data = "";
+		rc = jnl_mdb(j, mdb_put(w->txn, j->db_inflight, &k, &v, 0));
+	}
+	if (!rc && oq && !(nq && nw->dseq == old->dseq))
+		rc = dirtyq_put(w, old->dseq, &key, false);
+	if (!rc && nq && !(oq && nw->dseq == old->dseq))
+		rc = dirtyq_put(w, nw->dseq, &key, true);
+	if (rc)
+		return rc;
+	if (!nw)
+		return jnl_mdb(j, mdb_del(w->txn, j->db_chunks, &k, NULL));
+	v.mv_size = sizeof(*nw);
+	v.mv_data = (void *)nw;
+	return jnl_mdb(j, mdb_put(w->txn, j->db_chunks, &k, &v, 0));
+}
+
+static int pent_cmp(const void *a, const void *b)
+{
+	const struct jnl_pent *x = *(const struct jnl_pent *const *)a;
+	const struct jnl_pent *y = *(const struct jnl_pent *const *)b;
+
+	if (x->id != y->id)
+		return x->id < y->id ? -1 : 1;
+	if (x->idx != y->idx)
+		return x->idx < y->idx ? -1 : 1;
+	return 0;
+}
+
+static int apply_chunk(struct jnl_wtx *w, struct jnl_nrec *n,
+		       const struct jnl_pent *e)
+{
+	struct jnl_chunk_rec old, nw;
+	bool have;
+	int rc;
+
+	rc = jnl_chunk_get(w->j, w->txn, e->id, e->idx, &old);
+	if (rc && rc != -ENOENT)
+		return rc;
+	have = !rc;
+	if (have) {
+		nw = old;
+	} else {
+		memset(&nw, 0, sizeof(nw));
+		nw.version = JNL_CHUNK_REC_VERSION;
+	}
+	if ((e->flags & JNL_PENT_FILL) && !have) {
+		nw.state = JNL_CHUNK_FLUSHED;
+		nw.generation = w->m.next_gen++;
+		nw.length = e->len;
+		memcpy(nw.sha256, e->sha256, sizeof(nw.sha256));
+	} else if (!(e->flags & JNL_PENT_DIRTY)) {
+		return 0; /* a fill of a chunk already held */
+	}
+	if (e->flags & JNL_PENT_DIRTY) {
+		nw.generation = w->m.next_gen++;
+		if (!nw.state || nw.state == JNL_CHUNK_FLUSHED) {
+			nw.state = JNL_CHUNK_DIRTY;
+			nw.dseq = w->m.next_dseq++;
+		} /* DIRTY keeps its place, INFLIGHT stays with its flusher */
+		if (e->len > nw.length)
+			nw.length = e->len;
+	}
+	w->m_dirty = true;
+	return chunk_move(w, e->id, n, e->idx, have ? &old : NULL, &nw);
+}
+
+int jnl_pend_apply(struct jnl_wtx *w, struct jnl_ptab *t)
+{
+	struct jnl_pent **v;
+	struct jnl_nrec *n;
+	size_t count = 0;
+	jnl_id cur = 0;
+	bool skip = false;
+	int rc = 0;
+
+	v = malloc(t->used * sizeof(*v) + 1);
+	n = malloc(sizeof(*n));
+	if (!v || !n) {
+		free(v);
+		free(n);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < t->cap; i++)
+		if (t->e[i].flags & (JNL_PENT_DIRTY | JNL_PENT_FILL |
+				     JNL_PENT_SIZE | JNL_PENT_MTIME))
+			v[count++] = &t->e[i];
+	qsort(v, count, sizeof(*v), pent_cmp);
+	for (size_t i = 0; i < count && !rc; i++) {
+		struct jnl_pent *e = v[i];
+
+		if (e->id != cur) {
+			if (cur && !skip)
+				rc = jnl_node_write(w->j, w->txn, cur, n);
+			if (rc)
+				break;
+			cur = e->id;
+			rc = jnl_node_read(w->j, w->txn, cur, n);
+			skip = rc == -ENOENT; /* gone: nothing to mark */
+			if (skip)
+				rc = 0;
+		}
+		if (rc || skip)
+			continue;
+		if (e->idx != JNL_PENT_NODE) {
+			rc = apply_chunk(w, n, e);
+			continue;
+		}
+		if ((e->flags & JNL_PENT_SIZE) && e->max_end > n->r.size)
+			n->r.size = e->max_end;
+		if (e->flags & JNL_PENT_MTIME) {
+			n->r.mtime_sec = n->r.ctime_sec =
+				(int64_t)e->mtime.tv_sec;
+			n->r.mtime_nsec = n->r.ctime_nsec =
+				(uint32_t)e->mtime.tv_nsec;
+		}
+	}
+	if (!rc && cur && !skip)
+		rc = jnl_node_write(w->j, w->txn, cur, n);
+	free(n);
+	free(v);
+	return rc;
+}
+
+/* The chunk records of @id from index @from: keys and records, in order. */
+static int chunks_of(struct jnl_wtx *w, jnl_id id, uint64_t from,
+		     uint64_t **idx, struct jnl_chunk_rec **recs, size_t *count)
+{
+	struct jnl_key16 kk = jnl_key16(id, from);
+	MDB_val k = { 16, kk.b }, v;
+	size_t cap = 0;
+	MDB_cursor *c;
+	int rc;
+
+	*idx = NULL;
+	*recs = NULL;
+	*count = 0;
+	rc = mdb_cursor_open(w->txn, w->j->db_chunks, &c);
+	if (rc)
+		return jnl_mdb(w->j, rc);
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE); !rc;
+	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		if (k.mv_size != 16 || jnl_be64_get(k.mv_data) != id)
+			break;
+		if (v.mv_size != sizeof(**recs)) {
+			rc = MDB_CORRUPTED;
+			break;
+		}
+		if (*count == cap) {
+			size_t ncap = cap ? cap * 2 : 16;
+			uint64_t *ni = realloc(*idx, ncap * sizeof(**idx));
+			struct jnl_chunk_rec *nr;
+
+			if (ni)
+				*idx = ni;
+			nr = ni ? realloc(*recs, ncap * sizeof(**recs)) : NULL;
+			if (!nr) {
+				mdb_cursor_close(c);
+				return -ENOMEM;
+			}
+			*recs = nr;
+			cap = ncap;
+		}
+		(*idx)[*count] = jnl_be64_get((const unsigned char *)k.mv_data +
+					      8);
+		memcpy(&(*recs)[*count], v.mv_data, sizeof(**recs));
+		(*count)++;
+	}
+	mdb_cursor_close(c);
+	return rc == MDB_NOTFOUND ? 0 : jnl_mdb(w->j, rc);
+}
+
+int jnl_chunks_enqueue(struct jnl_wtx *w, jnl_id id, struct jnl_nrec *n,
+		       bool in)
+{
+	struct jnl_chunk_rec *recs;
+	uint64_t *idx;
+	size_t count;
+	int rc;
+
+	(void)n;
+	rc = chunks_of(w, id, 0, &idx, &recs, &count);
+	for (size_t i = 0; i < count && !rc; i++) {
+		struct jnl_key16 key = jnl_key16(id, idx[i]);
+
+		if (recs[i].state == JNL_CHUNK_DIRTY)
+			rc = dirtyq_put(w, recs[i].dseq, &key, in);
+	}
+	free(idx);
+	free(recs);
+	return rc;
+}
+
+int jnl_chunks_truncate(struct jnl_wtx *w, jnl_id id, struct jnl_nrec *n,
+			uint64_t size)
+{
+	unsigned int shift = w->j->chunk_shift;
+	struct jnl_chunk_rec *recs;
+	uint64_t *idx;
+	size_t count;
+	int rc;
+
+	rc = chunks_of(w, id, size >> shift, &idx, &recs, &count);
+	for (size_t i = 0; i < count && !rc; i++) {
+		uint64_t start = idx[i] << shift;
+		struct jnl_chunk_rec nw = recs[i];
+
+		if (start >= size) {
+			rc = chunk_move(w, id, n, idx[i], &recs[i], NULL);
+		} else if (start + recs[i].length > size) {
+			nw.length = (uint32_t)(size - start);
+			rc = chunk_move(w, id, n, idx[i], &recs[i], &nw);
+		}
+	}
+	free(idx);
+	free(recs);
+	return rc;
+}
+
+int jnl_chunks_recover(struct jnl_wtx *w, uint64_t *resent)
+{
+	struct jnl *j = w->j;
+	struct jnl_key16 *keys = NULL;
+	size_t count = 0, cap = 0;
+	struct jnl_nrec *n;
+	MDB_cursor *c;
+	MDB_val k, v;
+	int rc;
+
+	rc = mdb_cursor_open(w->txn, j->db_inflight, &c);
+	if (rc)
+		return jnl_mdb(j, rc);
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); !rc;
+	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		if (k.mv_size != 16) {
+			rc = MDB_CORRUPTED;
+			break;
+		}
+		if (count == cap) {
+			struct jnl_key16 *nk;
+
+			cap = cap ? cap * 2 : 64;
+			nk = realloc(keys, cap * sizeof(*keys));
+			if (!nk) {
+				rc = ENOMEM;
+				break;
+			}
+			keys = nk;
+		}
+		memcpy(keys[count++].b, k.mv_data, 16);
+	}
+	mdb_cursor_close(c);
+	n = malloc(sizeof(*n));
+	rc = rc == MDB_NOTFOUND ? 0 : jnl_mdb(j, rc);
+	if (!rc && !n)
+		rc = -ENOMEM;
+	for (size_t i = 0; i < count && !rc; i++) {
+		jnl_id id = jnl_be64_get(keys[i].b);
+		uint64_t idx = jnl_be64_get(keys[i].b + 8);
+		struct jnl_chunk_rec old, nw;
+
+		rc = jnl_chunk_get(j, w->txn, id, idx, &old);
+		if (!rc)
+			rc = jnl_node_read(j, w->txn, id, n);
+		if (!rc && old.state != JNL_CHUNK_INFLIGHT)
+			rc = jnl_fail(j, -EIO);
+		if (rc)
+			break;
+		nw = old;
+		nw.state = JNL_CHUNK_DIRTY;
+		nw.claim_gen = 0;
+		rc = chunk_move(w, id, n, idx, &old, &nw);
+		if (!rc)
+			rc = jnl_node_write(j, w->txn, id, n);
+		*resent += old.length;
+	}
+	free(n);
+	free(keys);
+	return rc;
+}
+
+/* --- staging files ----------------------------------------------------------- */
+
+int jnl_fd_get(struct jnl *j, jnl_id id, bool create, int *fd)
+{
+	struct jnl_fdslot *s, *victim = NULL;
+	char name[24];
+	int nfd, old = -1;
+
+	pthread_mutex_lock(&j->lock);
+	for (int i = 0; i < JNL_FD_SLOTS; i++) {
+		s = &j->fds[i];
+		if (s->id == id) {
+			s->refs++;
+			s->tick = ++j->fd_tick;
+			*fd = s->fd;
+			pthread_mutex_unlock(&j->lock);
+			return 0;
+		}
+	}
+	pthread_mutex_unlock(&j->lock);
+
+	snprintf(name, sizeof(name), "%" PRIu64, id);
+	nfd = jnl_sys_openat(j->datafd, name, O_RDWR | (create ? O_CREAT : 0),
+			     0600);
+	if (nfd < 0)
+		return nfd;
+
+	pthread_mutex_lock(&j->lock);
+	for (int i = 0; i < JNL_FD_SLOTS; i++) {
+		s = &j->fds[i];
+		if (s->id == id) { /* another thread was faster */
+			s->refs++;
+			s->tick = ++j->fd_tick;
+			*fd = s->fd;
+			pthread_mutex_unlock(&j->lock);
+			close(nfd);
+			return 0;
+		}
+		if (!s->refs && (!victim || !s->id ||
+				 (victim->id && s->tick < victim->tick)))
+			victim = s;
+	}
+	if (victim) {
+		if (victim->id)
+			old = victim->fd;
+		victim->id = id;
+		victim->fd = nfd;
+		victim->refs = 1;
+		victim->tick = ++j->fd_tick;
+	}
+	pthread_mutex_unlock(&j->lock);
+	if (old >= 0)
+		close(old);
+	*fd = nfd; /* uncached if no slot was free: jnl_fd_put() closes it */
+	return 0;
+}
+
+void jnl_fd_put(struct jnl *j, jnl_id id, int fd)
+{
+	pthread_mutex_lock(&j->lock);
+	for (int i = 0; i < JNL_FD_SLOTS; i++) {
+		struct jnl_fdslot *s = &j->fds[i];
+
+		if (s->id == id && s->fd == fd) {
+			s->refs--;
+			pthread_mutex_unlock(&j->lock);
+			return;
+		}
+	}
+	pthread_mutex_unlock(&j->lock);
+	close(fd);
+}
+
+void jnl_fd_close_all(struct jnl *j)
+{
+	for (int i = 0; i < JNL_FD_SLOTS; i++)
+		if (j->fds[i].id) {
+			close(j->fds[i].fd);
+			j->fds[i].id = 0;
+		}
+}
+
+/* --- write, fill, read ---------------------------------------------------------- */
+
+struct span {
+	uint64_t first, count;      /* chunks touched */
+	bool *held;                 /* per chunk: the journal holds it */
+	uint32_t *len;              /* per chunk: bytes held from its start */
+};
+
+static int span_init(struct jnl *j, struct span *sp, uint64_t off,
+		     uint64_t len)
+{
+	sp->first = off >> j->chunk_shift;
+	sp->count = ((off + len - 1) >> j->chunk_shift) - sp->first + 1;
+	sp->held = calloc(sp->count, sizeof(*sp->held));
+	sp->len = calloc(sp->count, sizeof(*sp->len));
+	if (!sp->held || !sp->len) {
+		free(sp->held);
+		free(sp->len);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static void span_free(struct span *sp)
+{
+	free(sp->held);
+	free(sp->len);
+}
+
+/* Fill sp->held/len from pend/committing, then from LMDB (invariant 11),
+ * and read the node into @n. */
+static int span_look(struct jnl *j, jnl_id id, struct span *sp,
+		     struct jnl_pnode *pn, struct jnl_nrec *n)
+{
+	MDB_txn *txn;
+	int rc;
+
+	pthread_mutex_lock(&j->lock);
+	for (uint64_t k = 0; k < sp->count; k++) {
+		struct jnl_pent e;
+
+		pend_find(j, id, sp->first + k, &e);
+		sp->held[k] = pent_held(&e);
+		sp->len[k] = pent_held(&e) ? e.len : 0;
+	}
+	pthread_mutex_unlock(&j->lock);
+	jnl_pend_node_get(j, id, pn);
+
+	rc = jnl_rtx_begin(j, &txn);
+	if (rc)
+		return rc;
+	rc = jnl_node_read(j, txn, id, n);
+	for (uint64_t k = 0; k < sp->count && !rc; k++) {
+		struct jnl_chunk_rec c;
+
+		rc = jnl_chunk_get(j, txn, id, sp->first + k, &c);
+		if (rc == -ENOENT) {
+			rc = 0;
+			continue;
+		}
+		if (rc)
+			break;
+		sp->held[k] = true;
+		if (c.length > sp->len[k])
+			sp->len[k] = c.length;
+	}
+	mdb_txn_abort(txn);
+	if (!rc && !S_ISREG(n->r.mode))
+		rc = S_ISDIR(n->r.mode) ? -EISDIR : -EINVAL;
+	return rc;
+}
+
+/* Must chunk @idx be filled before a write of [off, end) lands in it? */
+static bool needs_fill(struct jnl *j, uint64_t rvalid, uint64_t idx,
+		       uint64_t off, uint64_t end)
+{
+	uint64_t start = idx << j->chunk_shift;
+	uint64_t stop = start + j->chunk_size;
+
+	if (rvalid < stop)
+		stop = rvalid;
+	if (stop <= start)
+		return false; /* no remote bytes in this chunk */
+	return !(off <= start && end >= stop);
+}
+
+/* Reserve @bytes of staging space against max_bytes. lock held. */
+static int reserve(struct jnl *j, uint64_t bytes)
+{
+	if (j->commit_err)
+		return j->commit_err;
+	if (j->max_bytes && j->staged + j->pend_new + bytes > j->max_bytes)
+		return -ENOSPC;
+	j->pend_new += bytes;
+	return 0;
+}
+
+ssize_t jnl_write(struct jnl *j, jnl_id id, const void *buf, size_t len,
+		  off_t off)
+{
+	uint64_t o = (uint64_t)off, end = o + len, added = 0;
+	struct jnl_pnode pn;
+	struct jnl_nrec *n;
+	struct timespec now;
+	struct span sp;
+	int fd, rc;
+	ssize_t w;
+
+	rc = jnl_failed(j);
+	if (rc)
+		return rc;
+	if (off < 0 || len > SSIZE_MAX)
+		return -EINVAL;
+	if (end > (uint64_t)INT64_MAX || end < o)
+		return -EFBIG;
+	if (!len)
+		return 0;
+	n = malloc(sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	rc = span_init(j, &sp, o, len);
+	if (rc) {
+		free(n);
+		return rc;
+	}
+	pthread_rwlock_rdlock(&j->rw);
+	rc = span_look(j, id, &sp, &pn, n);
+	if (rc)
+		goto out;
+	if ((!sp.held[0] && needs_fill(j, n->r.rvalid, sp.first, o, end)) ||
+	    (!sp.held[sp.count - 1] &&
+	     needs_fill(j, n->r.rvalid, sp.first + sp.count - 1, o, end))) {
+		rc = -ENODATA;
+		goto out;
+	}
+	for (uint64_t k = 0; k < sp.count; k++) {
+		uint64_t start = (sp.first + k) << j->chunk_shift;
+		uint64_t stop = start + j->chunk_size;
+		uint32_t want = (uint32_t)((end < stop ? end : stop) - start);
+
+		/* from here on sp.len[k] is the growth this write reserves */
+		sp.len[k] = want > sp.len[k] ? want - sp.len[k] : 0;
+		added += sp.len[k];
+	}
+	pthread_mutex_lock(&j->lock);
+	rc = reserve(j, added);
+	pthread_mutex_unlock(&j->lock);
+	if (rc)
+		goto out;
+
+	rc = jnl_fd_get(j, id, true, &fd);
+	if (!rc) {
+		w = sys_pwrite_all(fd, buf, len, off);
+		jnl_fd_put(j, id, fd);
+		rc = w < 0 ? (int)w : 0;
+	}
+	if (rc) {
+		pthread_mutex_lock(&j->lock);
+		j->pend_new -= added;
+		pthread_mutex_unlock(&j->lock);
+		if (rc != -ENOSPC && rc != -EDQUOT && rc != -EFBIG)
+			LOG_ERR("cannot write staging file of node %" PRIu64
+				" in '%s': %s", id, j->dir, strerror(-rc));
+		jnl_fail(j, rc);
+		goto out;
+	}
+
+	jnl_now(&now);
+	pthread_mutex_lock(&j->lock);
+	for (uint64_t k = 0; k < sp.count; k++) {
+		struct jnl_pent *e = jnl_ptab_get(&j->pend, id, sp.first + k);
+		uint64_t start = (sp.first + k) << j->chunk_shift;
+		uint64_t stop = start + j->chunk_size;
+		uint32_t want = (uint32_t)((end < stop ? end : stop) - start);
+
+		if (!e)
+			BUG("out of memory recording a chunk mark");
+		e->flags |= JNL_PENT_DIRTY;
+		if (want > e->len)
+			e->len = want;
+		e->added += sp.len[k];
+	}
+	{
+		struct jnl_pent *e = jnl_ptab_get(&j->pend, id, JNL_PENT_NODE);
+
+		if (!e)
+			BUG("out of memory recording a chunk mark");
+		e->flags |= JNL_PENT_SIZE | JNL_PENT_MTIME;
+		if (end > e->max_end)
+			e->max_end = end;
+		e->mtime = now;
+	}
+	pthread_cond_signal(&j->cond);
+	pthread_mutex_unlock(&j->lock);
+	rc = 0;
+out:
+	pthread_rwlock_unlock(&j->rw);
+	span_free(&sp);
+	free(n);
+	return rc < 0 ? rc : (ssize_t)len;
+}
+
+int jnl_chunk_fill(struct jnl *j, jnl_id id, uint64_t index, const void *buf,
+		   size_t len)
+{
+	uint64_t start = index << j->chunk_shift;
+	struct jnl_pnode pn;
+	struct jnl_nrec *n;
+	struct span sp;
+	unsigned char sha[32];
+	int fd, rc;
+	ssize_t w;
+
+	rc = jnl_failed(j);
+	if (rc)
+		return rc;
+	if (len > j->chunk_size || index > ((uint64_t)INT64_MAX >> j->chunk_shift))
+		return -EINVAL;
+	n = malloc(sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	rc = span_init(j, &sp, start, 1);
+	if (rc) {
+		free(n);
+		return rc;
+	}
+	pthread_rwlock_wrlock(&j->rw);
+	rc = span_look(j, id, &sp, &pn, n);
+	if (rc || sp.held[0])
+		goto out; /* held already: another thread filled or wrote */
+	/* keep only the bytes that still belong to the merged content */
+	if (n->r.rvalid <= start)
+		goto out;
+	if (len > n->r.rvalid - start)
+		len = (size_t)(n->r.rvalid - start);
+	if (!len)
+		goto out;
+	pthread_mutex_lock(&j->lock);
+	rc = reserve(j, len);
+	pthread_mutex_unlock(&j->lock);
+	if (rc)
+		goto out;
+	rc = jnl_fd_get(j, id, true, &fd);
+	if (!rc) {
+		w = sys_pwrite_all(fd, buf, len, (off_t)start);
+		jnl_fd_put(j, id, fd);
+		rc = w < 0 ? (int)w : 0;
+	}
+	if (!rc && !EVP_Digest(buf, len, sha, NULL, EVP_sha256(), NULL))
+		rc = -ENOMEM;
+	pthread_mutex_lock(&j->lock);
+	if (rc) {
+		j->pend_new -= len;
+	} else {
+		struct jnl_pent *e = jnl_ptab_get(&j->pend, id, index);
+
+		if (!e)
+			BUG("out of memory recording a chunk mark");
+		e->flags |= JNL_PENT_FILL;
+		if (len > e->len)
+			e->len = (uint32_t)len;
+		e->added += len;
+		memcpy(e->sha256, sha, sizeof(sha));
+		pthread_cond_signal(&j->cond);
+	}
+	pthread_mutex_unlock(&j->lock);
+	if (rc)
+		jnl_fail(j, rc);
+out:
+	pthread_rwlock_unlock(&j->rw);
+	span_free(&sp);
+	free(n);
+	return rc;
+}
+
+ssize_t jnl_read(struct jnl *j, jnl_id id, void *buf, size_t len, off_t off,
+		 bool *have)
+{
+	uint64_t o = (uint64_t)off, size, count = 0;
+	struct jnl_pnode pn;
+	struct jnl_nrec *n;
+	struct span sp;
+	ssize_t got = 0;
+	int fd, rc;
+
+	rc = jnl_failed(j);
+	if (rc)
+		return rc;
+	if (off < 0 || len > SSIZE_MAX || o + len < o)
+		return -EINVAL;
+	if (!len)
+		return 0;
+	n = malloc(sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	rc = span_init(j, &sp, o, len);
+	if (rc) {
+		free(n);
+		return rc;
+	}
+	rc = span_look(j, id, &sp, &pn, n);
+	if (rc)
+		goto out;
+	jnl_pnode_merge(&pn, &n->r);
+	size = n->r.size;
+	for (uint64_t k = 0; k < sp.count; k++) {
+		uint64_t start = (sp.first + k) << j->chunk_shift;
+
+		if (have)
+			have[k] = sp.held[k] || start >= n->r.rvalid ||
+				  start >= size;
+	}
+	if (o >= size)
+		goto out;
+	count = size - o < len ? size - o : len;
+	rc = jnl_fd_get(j, id, false, &fd);
+	if (rc == -ENOENT) {
+		rc = 0; /* nothing staged: all holes */
+	} else if (!rc) {
+		got = sys_pread_all(fd, buf, (size_t)count, off);
+		jnl_fd_put(j, id, fd);
+		if (got < 0)
+			rc = jnl_fail(j, (int)got);
+	}
+	if (!rc && (uint64_t)got < count)
+		memset((char *)buf + got, 0, (size_t)(count - (uint64_t)got));
+out:
+	span_free(&sp);
+	free(n);
+	return rc < 0 ? rc : (ssize_t)count;
+}
+
+int jnl_fsync_node(struct jnl *j, jnl_id id)
+{
+	struct jnl_nrec *n = malloc(sizeof(*n));
+	MDB_txn *txn;
+	int rc;
+
+	if (!n)
+		return -ENOMEM;
+	rc = jnl_rtx_begin(j, &txn);
+	if (!rc) {
+		rc = jnl_node_read(j, txn, id, n);
+		mdb_txn_abort(txn);
+	}
+	free(n);
+	return rc ? rc : jnl_commit_pending(j, false);
+}
+
+/* --- claim and release -------------------------------------------------------- */
+
+int jnl_chunk_claim(struct jnl *j, struct jnl_chunk_ref *out, int max)
+{
+	struct jnl_key16 *keys;
+	struct jnl_nrec *n;
+	struct jnl_wtx w;
+	MDB_cursor *c;
+	MDB_val k, v;
+	int rc, count = 0;
+
+	if (max <= 0)
+		return max < 0 ? -EINVAL : 0;
+	if (max > JNL_CLAIM_MAX)
+		max = JNL_CLAIM_MAX;
+	keys = malloc((size_t)max * sizeof(*keys));
+	n = malloc(sizeof(*n));
+	if (!keys || !n) {
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	rc = jnl_wtx_begin(j, &w, false);
+	if (rc)
+		goto out_free;
+	rc = mdb_cursor_open(w.txn, j->db_dirtyq, &c);
+	if (rc) {
+		rc = jnl_mdb(j, rc);
+		goto out_abort;
+	}
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); !rc && count < max;
+	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		if (v.mv_size != 16) {
+			rc = MDB_CORRUPTED;
+			break;
+		}
+		memcpy(keys[count++].b, v.mv_data, 16);
+	}
+	mdb_cursor_close(c);
+	rc = rc == MDB_NOTFOUND ? 0 : jnl_mdb(j, rc);
+	for (int i = 0; i < count && !rc; i++) {
+		jnl_id id = jnl_be64_get(keys[i].b);
+		uint64_t idx = jnl_be64_get(keys[i].b + 8);
+		struct jnl_chunk_rec old, nw;
+
+		rc = jnl_chunk_get(j, w.txn, id, idx, &old);
+		if (!rc)
+			rc = jnl_node_read(j, w.txn, id, n);
+		if (!rc && (old.state != JNL_CHUNK_DIRTY ||
+			    !jnl_node_claimable(&n->r))) {
+			LOG_ERR("BUG: journal '%s': dirtyq names chunk %" PRIu64
+				"/%" PRIu64 " that is not claimable",
+				j->dir, id, idx);
+			rc = jnl_fail(j, -EIO);
+		}
+		if (rc)
+			break;
+		nw = old;
+		nw.state = JNL_CHUNK_INFLIGHT;
+		nw.claim_gen = old.generation;
+		rc = chunk_move(&w, id, n, idx, &old, &nw);
+		out[i].id = id;
+		out[i].index = idx;
+		out[i].generation = old.generation;
+		out[i].length = old.length;
+	}
+	if (rc)
+		goto out_abort;
+	rc = jnl_wtx_commit(&w);
+	goto out_free;
+
+out_abort:
+	jnl_wtx_abort(&w);
+out_free:
+	free(keys);
+	free(n);
+	return rc ? rc : count;
+}
+
+int jnl_chunk_release(struct jnl *j, const struct jnl_chunk_ref *c, bool ok,
+		      const unsigned char sha256[32])
+{
+	struct jnl_chunk_rec old, nw;
+	struct jnl_nrec *n;
+	struct jnl_wtx w;
+	int rc;
+
+	if (!c || (ok && !sha256))
+		return -EINVAL;
+	n = malloc(sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	rc = jnl_wtx_begin(j, &w, false);
+	if (rc)
+		goto out_free;
+	rc = jnl_chunk_get(j, w.txn, c->id, c->index, &old);
+	if (rc == -ENOENT ||
+	    (!rc && (old.state != JNL_CHUNK_INFLIGHT ||
+		     old.claim_gen != c->generation))) {
+		rc = 0; /* stale: truncated away, or recovered and reclaimed */
+		goto out_abort;
+	}
+	if (!rc)
+		rc = jnl_node_read(j, w.txn, c->id, n);
+	if (rc)
+		goto out_abort;
+	nw = old;
+	nw.claim_gen = 0;
+	if (ok && old.generation == c->generation) {
+		nw.state = JNL_CHUNK_FLUSHED;
+		memcpy(nw.sha256, sha256, sizeof(nw.sha256));
+	} else {
+		nw.state = JNL_CHUNK_DIRTY; /* keeps its dseq: oldest first */
+	}
+	rc = chunk_move(&w, c->id, n, c->index, &old, &nw);
+	if (!rc)
+		rc = jnl_node_write(j, w.txn, c->id, n);
+	if (rc)
+		goto out_abort;
+	rc = jnl_wtx_commit(&w);
+	goto out_free;
+
+out_abort:
+	jnl_wtx_abort(&w);
+out_free:
+	free(n);
+	return rc;
+}

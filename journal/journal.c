@@ -1,0 +1,928 @@
+/*
+ * journal.c - the upper layer of ferryfs: open, recovery, meta, the write
+ * transaction helpers and the group commit. The contract is journal.h;
+ * the record layouts and the split into files are in journal_i.h.
+ *
+ * Callers: fs/ (every write and namespace change through the mount), the
+ * flusher (claim/release, ops_ready/ack), `ferryfs status` (jnl_stats), and
+ * recovery tools, which open a journal without a mount.
+ *
+ * ON DISK
+ *
+ *   DIR/meta.mdb/   LMDB environment directory (data.mdb, lock.mdb): the
+ *                   subdirectory form, not MDB_NOSUBDIR, so that LMDB's
+ *                   lock file never sits next to the staging files
+ *   DIR/data/<id>   sparse staging file of node <id> (decimal)
+ *   DIR itself      flock()ed by the process that has it open (-EBUSY)
+ *
+ * Named databases: meta, nodes, dentries, chunks, ops (journal.h) and three
+ * indexes: dirtyq (claim order), inflight (what recovery must undo),
+ * imports (remote identity -> node).
+ *
+ * CHUNK STATES
+ *
+ *                 jnl_write(), committed by jnl_commit_pending()
+ *     (no record) -----------------------------------------> DIRTY <---+
+ *     FLUSHED     ----------------------------------------->   |  ^    |
+ *                                                              |  |    |
+ *                            jnl_chunk_claim(), oldest dseq    |  |    |
+ *                            first, node claimable (inv. 3)    v  |    |
+ *                                                        INFLIGHT |    |
+ *      jnl_chunk_release(ok=false) ------------------------------+    |
+ *      jnl_open() recovery --------------------------------------+    |
+ *      jnl_chunk_release(ok=true), generation changed -----------+    |
+ *                                                              |       |
+ *      jnl_chunk_release(ok=true), generation == claim_gen     |       |
+ *                                                              v       |
+ *     (no record) ---- jnl_chunk_fill() ------------------> FLUSHED ---+
+ *                                                       (a later write)
+ *
+ *   A write to an INFLIGHT chunk changes its generation and leaves it
+ *   INFLIGHT: one flusher per chunk at a time; the release sends it back to
+ *   DIRTY. jnl_setattr(SIZE) deletes the records of chunks past the new
+ *   size in any state; a release of a chunk that is no longer INFLIGHT with
+ *   the claimed generation is stale and changes nothing.
+ *
+ *   In DIRTY the staging file holds bytes the remote may not have; in
+ *   INFLIGHT a flusher is sending them; in FLUSHED the staging file and the
+ *   remote agree on [start, start + length) (sha256 recorded).
+ *
+ * INVARIANTS (jnl_assert_sane() checks 1-8 and 12 by a full scan)
+ *
+ *  1. Every chunk record is DIRTY, INFLIGHT or FLUSHED, with 0 < length <=
+ *     chunk size, and belongs to an existing node.
+ *  2. A chunk is INFLIGHT iff its key is in `inflight`. Recovery therefore
+ *     reads `inflight` only, never the whole journal: opening a journal
+ *     holding 100,000 pending files costs what a small one does.
+ *  3. A chunk is in `dirtyq` (at its dseq) iff it is DIRTY and its node is
+ *     claimable: neither LOCAL (its create is not on the remote, so there is
+ *     nowhere to write) nor UNLINKED. jnl_op_ack() of a create and the
+ *     unlink of a node's last name move its chunks in and out.
+ *  4. meta's dirty/inflight/flushed bytes are the sums of the lengths of the
+ *     chunk records in each state; a node's `unflushed` counts its records
+ *     not FLUSHED; JNL_NODE_DATA is set iff unflushed > 0; meta.dirty_nodes
+ *     counts the nodes with JNL_NODE_DATA; meta.pending_ops counts ops.
+ *  5. Generations come from meta.next_gen and never repeat, so a chunk
+ *     truncated away and written again cannot match an old claim.
+ *  6. Ids come from meta.next_id and op seqs from meta.next_seq: both only
+ *     grow, ids are never reused, every record's id/seq is below them.
+ *  7. Every dentry names an existing node (or 0, a whiteout); a directory
+ *     node's mparent is the parent of its dentry. Every op names existing
+ *     nodes, and a node's nops counts the ops naming it.
+ *  8. A LOCAL node has create_seq = the seq of its create op, which exists,
+ *     unless a cancellation (node.c) made it UNLINKED or a fatal failure
+ *     marked it JNL_NODE_ERROR (then 0); a node that is not LOCAL has
+ *     create_seq = 0. A LOCAL node's nlink counts its dentries.
+ *  9. A namespace change and the op that records it are in one LMDB
+ *     transaction: the merged view and the op log never disagree.
+ * 10. Durable mark => durable bytes (like ext4 data=ordered): the group
+ *     commit fdatasyncs every staging file it has marks for before it
+ *     commits them. A write is: pwrite to staging, then a mark in `pend`
+ *     (memory); a crash before the commit loses the mark, never leaves a
+ *     DIRTY chunk over bytes that did not reach the disk.
+ * 11. Whether the journal holds a chunk ("held": a record, or a mark in
+ *     pend/committing) only changes from no to yes while rw is held shared,
+ *     and from yes to no only under rw exclusive (truncate). Readers look
+ *     at pend/committing first and at LMDB second, so a mark moving from
+ *     memory into LMDB is never missed in between.
+ * 12. Handed-out ops live only in memory (j->handed): after a crash they
+ *     are pending again, and replay is idempotent (journal.h).
+ *
+ * DURABILITY
+ *
+ *   Environment flags MDB_NOTLS | MDB_NOMETASYNC: each commit fdatasyncs
+ *   LMDB's data pages (integrity) and defers the meta page; the committer
+ *   thread calls mdb_env_sync() within commit_ms of any commit, jnl_sync()
+ *   at once. So a crash loses at most the last JNL_COMMIT_MS of changes that
+ *   nobody synced, and never corrupts the database.
+ *
+ * SPACE
+ *
+ *   The LMDB map is large and sparse (64 GiB). Transactions that may add
+ *   records (namespace changes, the group commit) fail with -ENOSPC once
+ *   the map is down to a reserve (1/32 of it, 32 pages to 256 MiB); the
+ *   flusher's transactions (ack, claim, release) may use the reserve, so a
+ *   full map drains instead of wedging. A create stores its future remote
+ *   name already, so its ack does not grow the record. max_bytes bounds
+ *   the staging bytes (committed + reserved by pending marks).
+ *
+ * LOCKING
+ *
+ *   commit_lock -> rw -> lock (journal_i.h). The group commit holds
+ *   commit_lock across its fdatasyncs and its transaction, and jnl_setattr()
+ *   across its transaction, so that no mark is between memory and LMDB
+ *   while it edits a node's chunks. LMDB serialises write transactions
+ *   itself; every decision that combines LMDB state with
+ *   in-memory sets (handed-out ops, cancellation of a pending create) is
+ *   taken inside a write transaction, so it sees the latest commit.
+ *   No lock is held across a remote call: the journal makes none.
+ */
+#include <dirent.h>
+#include <stdarg.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/file.h>
+#include <time.h>
+
+#include "journal_i.h"
+#include "log.h"
+
+#define JNL_MAP_SIZE (64ull << 30) /* sparse; grows only with use */
+#define JNL_MAX_DBS 10
+
+size_t jnl_test_map_size;
+unsigned int jnl_test_commit_ms;
+unsigned int jnl_test_env_flags;
+
+static _Thread_local char errmsg[512];
+
+static void set_errmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void set_errmsg(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(errmsg, sizeof(errmsg), fmt, ap);
+	va_end(ap);
+}
+
+const char *jnl_errmsg(void)
+{
+	return errmsg[0] ? errmsg : "no error";
+}
+
+/* --- errors ------------------------------------------------------------- */
+
+int jnl_err_from_mdb(int rc)
+{
+	if (rc == MDB_SUCCESS)
+		return 0;
+	if (rc == MDB_NOTFOUND)
+		return -ENOENT;
+	if (rc == MDB_MAP_FULL || rc == MDB_TXN_FULL)
+		return -ENOSPC;
+	if (rc > 0)
+		return -rc;
+	return -EIO;
+}
+
+int jnl_fail(struct jnl *j, int rc)
+{
+	int zero = 0;
+
+	if (rc == -EIO && atomic_compare_exchange_strong(&j->failed, &zero, rc))
+		LOG_ERR("journal '%s' failed, every later call returns "
+			"the error: %s", j->dir, strerror(-rc));
+	return rc;
+}
+
+int jnl_mdb(struct jnl *j, int rc)
+{
+	if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND && rc != MDB_MAP_FULL &&
+	    rc != MDB_TXN_FULL && rc < 0)
+		LOG_ERR("journal '%s': lmdb: %s", j->dir, mdb_strerror(rc));
+	return jnl_fail(j, jnl_err_from_mdb(rc));
+}
+
+/* --- transactions ------------------------------------------------------- */
+
+static int meta_get(struct jnl *j, MDB_txn *txn, struct jnl_meta_rec *m)
+{
+	MDB_val k = { 4, "meta" }, v;
+	int rc = mdb_get(txn, j->db_meta, &k, &v);
+
+	if (rc)
+		return rc == MDB_NOTFOUND ? jnl_fail(j, -EIO) : jnl_mdb(j, rc);
+	if (v.mv_size < sizeof(*m))
+		return jnl_fail(j, -EIO);
+	memcpy(m, v.mv_data, sizeof(*m));
+	return 0;
+}
+
+static int meta_put(struct jnl *j, MDB_txn *txn, const struct jnl_meta_rec *m)
+{
+	MDB_val k = { 4, "meta" }, v = { sizeof(*m), (void *)m };
+
+	return jnl_mdb(j, mdb_put(txn, j->db_meta, &k, &v, 0));
+}
+
+/* Is the map down to its reserve? Counts LMDB's free pages (as mdb_stat -f
+ * does, in a read transaction: LMDB has no cursor on them in a write one)
+ * only when the map's high-water mark is near its end. An estimate: a
+ * commit may run meanwhile, the reserve absorbs it. */
+static int map_low(struct jnl *j)
+{
+	MDB_envinfo info;
+	MDB_cursor *c;
+	MDB_txn *txn;
+	MDB_val k, v;
+	size_t room;
+	int rc;
+
+	mdb_env_info(j->env, &info);
+	room = j->map_pages - info.me_last_pgno - 1;
+	if (room >= j->reserve_pages)
+		return 0;
+	rc = mdb_txn_begin(j->env, NULL, MDB_RDONLY, &txn);
+	if (rc)
+		return jnl_mdb(j, rc);
+	rc = mdb_cursor_open(txn, 0 /* FREE_DBI */, &c);
+	if (rc) {
+		mdb_txn_abort(txn);
+		return jnl_mdb(j, rc);
+	}
+	while (room < j->reserve_pages &&
+	       !(rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)))
+		if (v.mv_size >= sizeof(size_t))
+			room += *(const size_t *)v.mv_data;
+	mdb_cursor_close(c);
+	mdb_txn_abort(txn);
+	if (rc && rc != MDB_NOTFOUND)
+		return jnl_mdb(j, rc);
+	return room < j->reserve_pages ? -ENOSPC : 0;
+}
+
+int jnl_wtx_begin(struct jnl *j, struct jnl_wtx *w, bool grow)
+{
+	int rc = jnl_failed(j);
+
+	if (rc)
+		return rc;
+	w->j = j;
+	w->m_dirty = false;
+	rc = grow ? map_low(j) : 0;
+	if (rc)
+		return rc;
+	rc = mdb_txn_begin(j->env, NULL, 0, &w->txn);
+	if (rc)
+		return jnl_mdb(j, rc);
+	rc = meta_get(j, w->txn, &w->m);
+	if (rc) {
+		mdb_txn_abort(w->txn);
+		return rc;
+	}
+	return 0;
+}
+
+void jnl_wtx_abort(struct jnl_wtx *w)
+{
+	mdb_txn_abort(w->txn);
+}
+
+int jnl_wtx_commit(struct jnl_wtx *w)
+{
+	struct jnl *j = w->j;
+	size_t txnid = mdb_txn_id(w->txn);
+	int rc = 0;
+
+	if (w->m_dirty)
+		rc = meta_put(j, w->txn, &w->m);
+	if (rc) {
+		mdb_txn_abort(w->txn);
+		return rc;
+	}
+	rc = mdb_txn_commit(w->txn);
+	if (rc)
+		return jnl_mdb(j, rc);
+	pthread_mutex_lock(&j->lock);
+	if (txnid > j->staged_txnid) {
+		j->staged_txnid = txnid;
+		j->staged = w->m.dirty_bytes + w->m.inflight_bytes +
+			    w->m.flushed_bytes;
+	}
+	if (!j->unsynced) {
+		j->unsynced = true;
+		pthread_cond_signal(&j->cond);
+	}
+	pthread_mutex_unlock(&j->lock);
+	return 0;
+}
+
+int jnl_rtx_begin(struct jnl *j, MDB_txn **txn)
+{
+	int rc = jnl_failed(j);
+
+	if (rc)
+		return rc;
+	return jnl_mdb(j, mdb_txn_begin(j->env, NULL, MDB_RDONLY, txn));
+}
+
+/* --- group commit ------------------------------------------------------- */
+
+/* Put the marks of @from back in front of @to (a commit failed). */
+static void ptab_merge(struct jnl_ptab *to, struct jnl_ptab *from)
+{
+	for (size_t i = 0; i < from->cap; i++) {
+		struct jnl_pent *f = &from->e[i], *t;
+
+		if (!(f->flags & JNL_PENT_USED))
+			continue;
+		t = jnl_ptab_get(to, f->id, f->idx);
+		if (!t)
+			BUG("out of memory keeping chunk marks");
+		if ((f->flags & JNL_PENT_FILL) && !(t->flags & JNL_PENT_FILL))
+			memcpy(t->sha256, f->sha256, sizeof(t->sha256));
+		if ((f->flags & JNL_PENT_MTIME) && !(t->flags & JNL_PENT_MTIME))
+			t->mtime = f->mtime;
+		t->flags |= f->flags;
+		if (f->len > t->len)
+			t->len = f->len;
+		if (f->max_end > t->max_end)
+			t->max_end = f->max_end;
+		t->added += f->added;
+	}
+}
+
+static int sync_staging(struct jnl *j, struct jnl_ptab *t)
+{
+	struct jnl_u64set done = { 0 };
+	int rc = 0;
+
+	for (size_t i = 0; i < t->cap && !rc; i++) {
+		struct jnl_pent *e = &t->e[i];
+		int fd;
+
+		if (!(e->flags & (JNL_PENT_DIRTY | JNL_PENT_FILL)) ||
+		    jnl_u64set_has(&done, e->id))
+			continue;
+		rc = jnl_u64set_add(&done, e->id);
+		if (rc)
+			break;
+		rc = jnl_fd_get(j, e->id, false, &fd);
+		if (rc == -ENOENT) { /* cancelled or truncated away */
+			rc = 0;
+			continue;
+		}
+		if (rc)
+			break;
+		rc = jnl_sys_fdatasync(fd);
+		jnl_fd_put(j, e->id, fd);
+		if (rc)
+			LOG_ERR("cannot sync staging file of node %" PRIu64
+				" in '%s': %s", e->id, j->dir, strerror(-rc));
+	}
+	jnl_u64set_free(&done);
+	return rc == -EIO ? jnl_fail(j, rc) : rc;
+}
+
+int jnl_commit_pending(struct jnl *j, bool locked)
+{
+	struct jnl_ptab tmp;
+	struct jnl_wtx w;
+	uint64_t reserved = 0;
+	bool any;
+	int rc;
+
+	if (!locked)
+		pthread_mutex_lock(&j->commit_lock);
+	pthread_mutex_lock(&j->lock);
+	tmp = j->committing; /* empty: only this function fills it */
+	j->committing = j->pend;
+	j->pend = tmp;
+	any = j->committing.used > 0;
+	j->unsynced = false;
+	pthread_mutex_unlock(&j->lock);
+
+	rc = jnl_failed(j);
+	if (!rc && any) {
+		for (size_t i = 0; i < j->committing.cap; i++)
+			if (j->committing.e[i].flags & JNL_PENT_USED)
+				reserved += j->committing.e[i].added;
+		rc = sync_staging(j, &j->committing);
+		if (!rc)
+			rc = jnl_wtx_begin(j, &w, true);
+		if (!rc) {
+			rc = jnl_pend_apply(&w, &j->committing);
+			if (rc)
+				jnl_wtx_abort(&w);
+			else
+				rc = jnl_wtx_commit(&w);
+		}
+	}
+	if (!rc)
+		rc = jnl_mdb(j, mdb_env_sync(j->env, 1));
+
+	pthread_mutex_lock(&j->lock);
+	if (rc && any) {
+		/* nothing was committed: keep the marks for the next try */
+		ptab_merge(&j->pend, &j->committing);
+	} else {
+		j->pend_new -= reserved;
+	}
+	jnl_ptab_clear(&j->committing);
+	j->commit_err = rc == -ENOSPC ? rc : 0;
+	pthread_mutex_unlock(&j->lock);
+	if (!locked)
+		pthread_mutex_unlock(&j->commit_lock);
+	return rc;
+}
+
+static void *committer(void *arg)
+{
+	struct jnl *j = arg;
+
+	pthread_mutex_lock(&j->lock);
+	while (!j->stop) {
+		struct timespec until;
+
+		if (!j->pend.used && !j->unsynced) {
+			pthread_cond_wait(&j->cond, &j->lock);
+			continue;
+		}
+		clock_gettime(CLOCK_MONOTONIC, &until);
+		until.tv_nsec += (long)j->commit_ms * 1000000L;
+		until.tv_sec += until.tv_nsec / 1000000000L;
+		until.tv_nsec %= 1000000000L;
+		while (!j->stop &&
+		       pthread_cond_timedwait(&j->cond, &j->lock, &until) !=
+			       ETIMEDOUT)
+			;
+		if (j->stop)
+			break;
+		pthread_mutex_unlock(&j->lock);
+		int rc = jnl_commit_pending(j, false);
+		if (rc && rc != -ENOSPC)
+			LOG_ERR("cannot commit journal '%s': %s", j->dir,
+				strerror(-rc));
+		pthread_mutex_lock(&j->lock);
+		if (rc) { /* -ENOSPC or FAILED: do not spin */
+			if (jnl_failed(j))
+				break;
+			clock_gettime(CLOCK_MONOTONIC, &until);
+			until.tv_sec += 1;
+			while (!j->stop &&
+			       pthread_cond_timedwait(&j->cond, &j->lock,
+						      &until) != ETIMEDOUT)
+				;
+		}
+	}
+	pthread_mutex_unlock(&j->lock);
+	return NULL;
+}
+
+int jnl_sync(struct jnl *j)
+{
+	int rc = jnl_failed(j);
+
+	return rc ? rc : jnl_commit_pending(j, false);
+}
+
+/* --- open ----------------------------------------------------------------- */
+
+static bool mdb_is_corrupt(int rc)
+{
+	return rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ||
+	       rc == MDB_CORRUPTED || rc == MDB_PAGE_NOTFOUND ||
+	       rc == MDB_INCOMPATIBLE || rc == MDB_BAD_DBI;
+}
+
+static int dir_is_empty(int dirfd)
+{
+	int fd = dup(dirfd);
+	struct dirent *de;
+	DIR *d;
+	int rc = 1;
+
+	if (fd < 0)
+		return -errno;
+	d = fdopendir(fd);
+	if (!d) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			rc = 0;
+	closedir(d);
+	return rc;
+}
+
+/* Open or create DIR and DIR/meta.mdb; sets *creating. */
+static int open_dirs(struct jnl *j, unsigned int flags, bool *creating)
+{
+	struct stat st;
+	int rc;
+
+	*creating = false;
+	j->dirfd = open(j->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (j->dirfd < 0 && errno == ENOENT && (flags & JNL_CREATE)) {
+		if (mkdir(j->dir, 0700) < 0 && errno != EEXIST) {
+			rc = -errno;
+			set_errmsg("cannot create journal directory '%s': %s",
+				   j->dir, strerror(-rc));
+			return rc;
+		}
+		j->dirfd = open(j->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	}
+	if (j->dirfd < 0) {
+		rc = -errno;
+		set_errmsg(rc == -ENOENT ? "no journal at '%s': %s" :
+					   "cannot open journal '%s': %s",
+			   j->dir, strerror(-rc));
+		return rc;
+	}
+	if (flock(j->dirfd, LOCK_EX | LOCK_NB) < 0) {
+		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+		set_errmsg("journal '%s' is in use by another process", j->dir);
+		return rc;
+	}
+	if (fstatat(j->dirfd, "meta.mdb", &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		rc = -errno;
+		if (rc != -ENOENT) {
+			set_errmsg("cannot stat '%s/meta.mdb': %s", j->dir,
+				   strerror(-rc));
+			return rc;
+		}
+		if (!(flags & JNL_CREATE)) {
+			set_errmsg("no journal in '%s' (no meta.mdb)", j->dir);
+			return -ENOENT;
+		}
+		rc = dir_is_empty(j->dirfd);
+		if (rc <= 0) {
+			set_errmsg("cannot create a journal in '%s': %s",
+				   j->dir,
+				   rc ? strerror(-rc) : "directory not empty");
+			return rc ? rc : -ENOTEMPTY;
+		}
+		if (mkdirat(j->dirfd, "meta.mdb", 0700) < 0) {
+			rc = -errno;
+			set_errmsg("cannot create '%s/meta.mdb': %s", j->dir,
+				   strerror(-rc));
+			return rc;
+		}
+		*creating = true;
+	} else if (!S_ISDIR(st.st_mode)) {
+		set_errmsg("not a ferryfs journal: '%s/meta.mdb' is not an "
+			   "LMDB environment directory", j->dir);
+		return -EPROTO;
+	}
+	if (mkdirat(j->dirfd, "data", 0700) < 0 && errno != EEXIST) {
+		rc = -errno;
+		set_errmsg("cannot create '%s/data': %s", j->dir,
+			   strerror(-rc));
+		return rc;
+	}
+	j->datafd = jnl_sys_openat(j->dirfd, "data", O_RDONLY | O_DIRECTORY, 0);
+	if (j->datafd < 0) {
+		rc = j->datafd;
+		set_errmsg("cannot open '%s/data': %s", j->dir, strerror(-rc));
+		return rc;
+	}
+	return 0;
+}
+
+/* A raw LMDB code met while opening: -EPROTO for a corrupted or foreign
+ * file, else jnl_err_from_mdb(); sets errmsg. */
+static int open_err(struct jnl *j, int rc, const char *what)
+{
+	if (mdb_is_corrupt(rc)) {
+		set_errmsg("journal '%s' is corrupted or not a ferryfs journal: "
+			   "%s: %s", j->dir, what, mdb_strerror(rc));
+		return -EPROTO;
+	}
+	set_errmsg("cannot open journal '%s': %s: %s", j->dir, what,
+		   mdb_strerror(rc));
+	return jnl_err_from_mdb(rc);
+}
+
+static int init_meta(struct jnl *j, struct jnl_wtx *w,
+		     const struct jnl_config *cfg, uint32_t chunk_size)
+{
+	MDB_val k = { 9, "remote_id" };
+	MDB_val v = { strlen(cfg->remote_id), (void *)cfg->remote_id };
+	struct jnl_nrec root;
+	struct timespec now;
+	int rc;
+
+	memset(&w->m, 0, sizeof(w->m));
+	w->m.magic = JNL_MAGIC;
+	w->m.format = JNL_FORMAT_VERSION;
+	w->m.chunk_size = chunk_size;
+	w->m.rec_size = sizeof(w->m);
+	w->m.next_id = JNL_ROOT + 1;
+	w->m.next_seq = 1;
+	w->m.next_gen = 1;
+	w->m.next_dseq = 1;
+	w->m_dirty = true;
+	rc = mdb_put(w->txn, j->db_meta, &k, &v, 0);
+	if (rc)
+		return open_err(j, rc, "writing meta");
+
+	memset(&root, 0, sizeof(root));
+	jnl_now(&now);
+	root.r.version = JNL_NODE_REC_VERSION;
+	root.r.mode = S_IFDIR | 0755;
+	root.r.uid = (uint32_t)getuid();
+	root.r.gid = (uint32_t)getgid();
+	root.r.atime_sec = root.r.mtime_sec = root.r.ctime_sec = now.tv_sec;
+	root.r.atime_nsec = root.r.mtime_nsec = root.r.ctime_nsec =
+		(uint32_t)now.tv_nsec;
+	root.r.nlink = 2;
+	rc = jnl_node_write(j, w->txn, JNL_ROOT, &root);
+	if (rc)
+		set_errmsg("cannot create journal '%s': %s", j->dir,
+			   strerror(-rc));
+	return rc;
+}
+
+static int check_meta(struct jnl *j, MDB_txn *txn,
+		      const struct jnl_config *cfg, struct jnl_meta_rec *m)
+{
+	MDB_val k = { 4, "meta" }, v;
+	size_t idlen = strlen(cfg->remote_id);
+	int rc;
+
+	rc = mdb_get(txn, j->db_meta, &k, &v);
+	if (rc == MDB_NOTFOUND || (!rc && v.mv_size < 16)) {
+		set_errmsg("not a ferryfs journal: '%s' has no meta record",
+			   j->dir);
+		return -EPROTO;
+	}
+	if (rc)
+		return open_err(j, rc, "reading meta");
+	memset(m, 0, sizeof(*m));
+	memcpy(m, v.mv_data,
+	       v.mv_size < sizeof(*m) ? v.mv_size : sizeof(*m));
+	if (m->magic == __builtin_bswap32(JNL_MAGIC)) {
+		set_errmsg("journal '%s' was written by a machine of the "
+			   "other byte order", j->dir);
+		return -EPROTO;
+	}
+	if (m->magic != JNL_MAGIC) {
+		set_errmsg("not a ferryfs journal: bad magic in '%s'", j->dir);
+		return -EPROTO;
+	}
+	if (m->format != JNL_FORMAT_VERSION || v.mv_size != sizeof(*m)) {
+		set_errmsg("journal '%s' has format %" PRIu32 ", this ferryfs "
+			   "reads format %d", j->dir, m->format,
+			   JNL_FORMAT_VERSION);
+		return -EPROTO;
+	}
+	if (m->chunk_size < (64u << 10) || m->chunk_size > (64u << 20) ||
+	    (m->chunk_size & (m->chunk_size - 1))) {
+		set_errmsg("journal '%s' has an invalid chunk size %" PRIu32,
+			   j->dir, m->chunk_size);
+		return -EPROTO;
+	}
+	k.mv_size = 9;
+	k.mv_data = "remote_id";
+	rc = mdb_get(txn, j->db_meta, &k, &v);
+	if (rc == MDB_NOTFOUND) {
+		set_errmsg("not a ferryfs journal: '%s' names no remote",
+			   j->dir);
+		return -EPROTO;
+	}
+	if (rc)
+		return open_err(j, rc, "reading meta");
+	if (v.mv_size != idlen || memcmp(v.mv_data, cfg->remote_id, idlen)) {
+		set_errmsg("journal '%s' belongs to remote '%.*s', not '%s'",
+			   j->dir, (int)(v.mv_size > 200 ? 200 : v.mv_size),
+			   (const char *)v.mv_data, cfg->remote_id);
+		return -EXDEV;
+	}
+	return 0;
+}
+
+/* Open the environment and its databases, create or check meta, recover.
+ * Returns -errno with errmsg set. */
+static int open_env(struct jnl *j, bool creating, unsigned int flags,
+		    const struct jnl_config *cfg, uint32_t chunk_size)
+{
+	static const char *const names[] = { "meta",   "nodes",  "dentries",
+					     "chunks", "dirtyq", "inflight",
+					     "ops",    "imports" };
+	MDB_dbi *dbis[] = { &j->db_meta,   &j->db_nodes,  &j->db_dentries,
+			    &j->db_chunks, &j->db_dirtyq, &j->db_inflight,
+			    &j->db_ops,    &j->db_imports };
+	char path[PATH_MAX];
+	struct jnl_wtx w;
+	bool init = creating;
+	int rc;
+
+	if (snprintf(path, sizeof(path), "%s/meta.mdb", j->dir) >=
+	    (int)sizeof(path)) {
+		set_errmsg("journal path '%s' too long", j->dir);
+		return -ENAMETOOLONG;
+	}
+	rc = mdb_env_create(&j->env);
+	if (!rc)
+		rc = mdb_env_set_maxdbs(j->env, JNL_MAX_DBS);
+	if (!rc)
+		rc = mdb_env_set_mapsize(j->env, jnl_test_map_size ?
+							jnl_test_map_size :
+							JNL_MAP_SIZE);
+	if (!rc)
+		rc = mdb_env_open(j->env, path,
+				  MDB_NOTLS | MDB_NOMETASYNC |
+					  jnl_test_env_flags,
+				  0600);
+	if (rc)
+		return open_err(j, rc, path);
+	{
+		MDB_envinfo info;
+		MDB_stat st;
+
+		mdb_env_info(j->env, &info);
+		mdb_env_stat(j->env, &st);
+		j->map_pages = info.me_mapsize / st.ms_psize;
+		j->reserve_pages = j->map_pages / 32;
+		if (j->reserve_pages < 32)
+			j->reserve_pages = 32;
+		if (j->reserve_pages > 65536)
+			j->reserve_pages = 65536;
+	}
+
+	w.j = j;
+	w.m_dirty = false;
+	rc = mdb_txn_begin(j->env, NULL, 0, &w.txn);
+	if (rc)
+		return open_err(j, rc, "beginning a transaction");
+	if (!init) {
+		MDB_dbi probe;
+
+		rc = mdb_dbi_open(w.txn, "meta", 0, &probe);
+		if (rc == MDB_NOTFOUND && (flags & JNL_CREATE))
+			init = true; /* an earlier creation stopped early */
+	}
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		rc = mdb_dbi_open(w.txn, names[i], init ? MDB_CREATE : 0,
+				  dbis[i]);
+		if (rc == MDB_NOTFOUND) {
+			set_errmsg("not a ferryfs journal: '%s' has no '%s' "
+				   "database", path, names[i]);
+			rc = -EPROTO;
+			goto out_abort;
+		}
+		if (rc) {
+			rc = open_err(j, rc, names[i]);
+			goto out_abort;
+		}
+	}
+	if (init) {
+		rc = init_meta(j, &w, cfg, chunk_size);
+	} else {
+		rc = check_meta(j, w.txn, cfg, &w.m);
+		if (!rc) {
+			rc = jnl_chunks_recover(&w, &j->resent_bytes);
+			if (rc)
+				set_errmsg("cannot recover journal '%s': %s",
+					   j->dir, strerror(-rc));
+		}
+	}
+	if (rc)
+		goto out_abort;
+	j->chunk_size = w.m.chunk_size;
+	j->chunk_shift = (unsigned int)__builtin_ctz(j->chunk_size);
+	j->staged = w.m.dirty_bytes + w.m.inflight_bytes + w.m.flushed_bytes;
+	rc = jnl_wtx_commit(&w);
+	if (!rc)
+		rc = jnl_mdb(j, mdb_env_sync(j->env, 1));
+	if (rc)
+		set_errmsg("cannot commit journal '%s': %s", j->dir,
+			   strerror(-rc));
+	return rc;
+
+out_abort:
+	mdb_txn_abort(w.txn);
+	return rc;
+}
+
+static void jnl_free(struct jnl *j)
+{
+	jnl_fd_close_all(j);
+	if (j->env)
+		mdb_env_close(j->env);
+	if (j->datafd >= 0)
+		close(j->datafd);
+	if (j->dirfd >= 0)
+		close(j->dirfd); /* drops the flock */
+	jnl_ptab_free(&j->pend);
+	jnl_ptab_free(&j->committing);
+	jnl_u64set_free(&j->handed);
+	pthread_cond_destroy(&j->cond);
+	pthread_mutex_destroy(&j->lock);
+	pthread_rwlock_destroy(&j->rw);
+	pthread_mutex_destroy(&j->commit_lock);
+	free(j->dir);
+	free(j);
+}
+
+int jnl_open(const char *dir, const struct jnl_config *cfg, unsigned int flags,
+	     struct jnl **out)
+{
+	pthread_rwlockattr_t rwa;
+	pthread_condattr_t ca;
+	uint32_t chunk;
+	bool creating;
+	struct jnl *j;
+	int rc;
+
+	*out = NULL;
+	errmsg[0] = 0;
+	if (!dir || !*dir || !cfg || !cfg->remote_id || !*cfg->remote_id) {
+		set_errmsg("jnl_open needs a directory and a remote id");
+		return -EINVAL;
+	}
+	chunk = cfg->chunk_size ? cfg->chunk_size : JNL_DEFAULT_CHUNK;
+	if (chunk < (64u << 10) || chunk > (64u << 20) ||
+	    (chunk & (chunk - 1))) {
+		set_errmsg("chunk size %" PRIu32 " is not a power of two "
+			   "from 64 KiB to 64 MiB", chunk);
+		return -EINVAL;
+	}
+	j = calloc(1, sizeof(*j));
+	if (!j || !(j->dir = strdup(dir))) {
+		free(j);
+		set_errmsg("out of memory");
+		return -ENOMEM;
+	}
+	j->dirfd = j->datafd = -1;
+	j->max_bytes = cfg->max_bytes;
+	j->commit_ms = jnl_test_commit_ms ? jnl_test_commit_ms : JNL_COMMIT_MS;
+	pthread_mutex_init(&j->commit_lock, NULL);
+	pthread_rwlockattr_init(&rwa);
+	pthread_rwlockattr_setkind_np(
+		&rwa, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&j->rw, &rwa);
+	pthread_rwlockattr_destroy(&rwa);
+	pthread_mutex_init(&j->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&j->cond, &ca);
+	pthread_condattr_destroy(&ca);
+
+	rc = open_dirs(j, flags, &creating);
+	if (!rc)
+		rc = open_env(j, creating, flags, cfg, chunk);
+	if (!rc) {
+		rc = -pthread_create(&j->thread, NULL, committer, j);
+		if (rc)
+			set_errmsg("cannot start the commit thread: %s",
+				   strerror(-rc));
+	}
+	if (rc) {
+		jnl_free(j);
+		return rc;
+	}
+	if (j->resent_bytes)
+		LOG_INFO("journal '%s': %" PRIu64 " bytes in flight at the "
+			 "last stop are dirty again", dir, j->resent_bytes);
+	*out = j;
+	return 0;
+}
+
+void jnl_close(struct jnl *j)
+{
+	int rc;
+
+	if (!j)
+		return;
+	pthread_mutex_lock(&j->lock);
+	j->stop = true;
+	pthread_cond_signal(&j->cond);
+	pthread_mutex_unlock(&j->lock);
+	pthread_join(j->thread, NULL);
+	rc = jnl_failed(j);
+	if (rc)
+		LOG_ERR("journal '%s' closed FAILED: changes after the last "
+			"commit are lost: %s", j->dir, strerror(-rc));
+	else if ((rc = jnl_commit_pending(j, false)))
+		LOG_ERR("journal '%s' closed with uncommitted changes: %s",
+			j->dir, strerror(-rc));
+	jnl_free(j);
+}
+
+uint32_t jnl_chunk_size(const struct jnl *j)
+{
+	return j->chunk_size;
+}
+
+int jnl_stats(struct jnl *j, struct jnl_stats *out)
+{
+	struct jnl_meta_rec m;
+	MDB_txn *txn;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	rc = jnl_rtx_begin(j, &txn);
+	if (rc)
+		return rc;
+	rc = meta_get(j, txn, &m);
+	mdb_txn_abort(txn);
+	if (rc)
+		return rc;
+	out->dirty_bytes = m.dirty_bytes;
+	out->inflight_bytes = m.inflight_bytes;
+	out->flushed_bytes = m.flushed_bytes;
+	out->dirty_nodes = m.dirty_nodes;
+	out->pending_ops = m.pending_ops;
+	out->resent_bytes = j->resent_bytes;
+	pthread_mutex_lock(&j->lock);
+	out->dirty_bytes += j->pend_new; /* marks not committed yet */
+	pthread_mutex_unlock(&j->lock);
+	out->staging_bytes =
+		out->dirty_bytes + out->inflight_bytes + out->flushed_bytes;
+	return 0;
+}

@@ -1,0 +1,430 @@
+/*
+ * journal_i.h - inside journal/: record layouts, the in-memory state of an
+ * open journal and the helpers its files share. Nothing outside journal/
+ * includes this file, except tests/unit/test_journal.c (jnl_assert_sane()
+ * and the test hooks at the end).
+ *
+ * Files of the module:
+ *   journal.c  design comment (invariants, chunk states), open/close, meta,
+ *              error mapping, write transactions, group commit, sync, stats
+ *   node.c     node records, dentries, the merged namespace operations
+ *   data.c     staging files, the pending table, write/read/fill, claim and
+ *              release of chunks
+ *   ops.c      the op log: append, ready (dependency order), ack, fail,
+ *              remote paths
+ *   check.c    jnl_assert_sane(): every invariant of journal.c by full scan
+ *
+ * Records are host-endian binary structs with a version field: a journal
+ * lives on local disk and is read by the machine that wrote it. Keys are
+ * big-endian so that LMDB's byte order is numeric order.
+ */
+#ifndef FERRYFS_JOURNAL_I_H
+#define FERRYFS_JOURNAL_I_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <lmdb.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "journal.h"
+
+/* --- on-disk records ------------------------------------------------------ */
+
+#define JNL_MAGIC 0x4a595246u /* "FRYJ" read as a little-endian u32 */
+
+/* meta: "meta" -> struct jnl_meta_rec, "remote_id" -> bytes (no NUL) */
+struct jnl_meta_rec {
+	uint32_t magic;      /* JNL_MAGIC; byte-swapped = another machine */
+	uint32_t format;     /* JNL_FORMAT_VERSION */
+	uint32_t chunk_size; /* fixed at creation */
+	uint32_t rec_size;   /* sizeof(struct jnl_meta_rec) when written */
+	uint64_t next_id;    /* next node id; ids are never reused */
+	uint64_t next_seq;   /* next op sequence number */
+	uint64_t next_gen;   /* next chunk generation (journal-wide) */
+	uint64_t next_dseq;  /* next dirty-queue position */
+	/* sums over the chunk records, kept in the same transactions */
+	uint64_t dirty_bytes, inflight_bytes, flushed_bytes;
+	uint64_t dirty_nodes; /* nodes with JNL_NODE_DATA */
+	uint64_t pending_ops; /* records in ops */
+};
+
+#define JNL_NODE_REC_VERSION 1
+/* nodes: id (be64) -> struct jnl_node_rec, then rname, then the symlink
+ * target (rname_len and target_len bytes, no NULs) */
+struct jnl_node_rec {
+	uint16_t version;    /* JNL_NODE_REC_VERSION */
+	uint16_t rname_len;  /* name on the remote, in rparent (LOCAL: the
+				name its create will give it) */
+	uint16_t target_len; /* symlink created here: its target */
+	uint16_t pad0;
+	uint32_t flags;      /* enum jnl_node_flags */
+	uint32_t mode, uid, gid;
+	uint32_t atime_nsec, mtime_nsec, ctime_nsec;
+	int64_t atime_sec, mtime_sec, ctime_sec;
+	uint64_t size;       /* merged size as of the last commit */
+	uint64_t nlink;
+	uint64_t base_dev, base_ino; /* imported: the remote identity */
+	uint64_t rparent;    /* remote parent (0: not on the remote) */
+	uint64_t mparent;    /* merged-view parent (for directories: the
+				only one; for files: the last one linked) */
+	uint64_t rvalid;     /* bytes [0, rvalid) of the remote copy still
+				belong to the merged content: the imported
+				size, lowered by every truncation; 0 if LOCAL */
+	uint64_t unflushed;  /* chunk records not FLUSHED */
+	uint64_t nops;       /* ops that name this node (jnl_op_nodes) */
+	uint64_t create_seq; /* LOCAL: seq of its pending create op */
+};
+
+/* A node record decoded with its variable tail. */
+struct jnl_nrec {
+	struct jnl_node_rec r;
+	char rname[NAME_MAX + 1];
+	char target[PATH_MAX];
+};
+
+enum jnl_chunk_state {
+	JNL_CHUNK_DIRTY = 1,
+	JNL_CHUNK_INFLIGHT = 2,
+	JNL_CHUNK_FLUSHED = 3,
+};
+
+#define JNL_CHUNK_REC_VERSION 1
+/* chunks: (id be64, index be64) -> struct jnl_chunk_rec */
+struct jnl_chunk_rec {
+	uint8_t version;     /* JNL_CHUNK_REC_VERSION */
+	uint8_t state;       /* enum jnl_chunk_state */
+	uint16_t pad0;
+	uint32_t length;     /* bytes from the chunk start (short at EOF) */
+	uint64_t generation; /* changes with every committed write */
+	uint64_t claim_gen;  /* INFLIGHT: generation at jnl_chunk_claim() */
+	uint64_t dseq;       /* position in dirtyq (oldest first) */
+	unsigned char sha256[32]; /* FLUSHED: what the remote has */
+};
+
+/* dirtyq: dseq (be64) -> chunk key (16 bytes): the claimable DIRTY chunks
+ * inflight: chunk key -> "" : the INFLIGHT chunks (recovery reads only this)
+ * imports: (base_dev be64, base_ino be64) -> id (be64)
+ * dentries: (parent be64, name bytes) -> struct jnl_dval
+ * ops: seq (be64) -> struct jnl_op_rec, then name, then newname */
+
+#define JNL_OP_REC_VERSION 1
+struct jnl_op_rec {
+	uint16_t version; /* JNL_OP_REC_VERSION */
+	uint16_t type;    /* enum jnl_op_type */
+	uint32_t flags;   /* struct jnl_op.flags */
+	uint16_t name_len, newname_len;
+	uint32_t pad0;
+	uint64_t id, parent, newparent;
+	uint64_t id2;     /* rename: the node at the target (exchanged or
+			     replaced), 0 if none */
+	uint64_t wseq;    /* create/symlink/mkdir: the whiteout its dentry
+			     replaced (the seq of the op that made it), 0 if
+			     none; restored if the create is cancelled */
+};
+
+struct jnl_orec {
+	uint64_t seq;
+	struct jnl_op_rec r;
+	char name[NAME_MAX + 1], newname[NAME_MAX + 1];
+};
+
+/* dentries value: a name, or a whiteout (id 0) made by op wseq; the
+ * whiteout is dropped when that op is acknowledged (the remote no longer has
+ * the name), not earlier. */
+struct jnl_dval {
+	uint64_t id;
+	uint64_t wseq;
+};
+
+/* --- keys ---------------------------------------------------------------- */
+
+static inline void jnl_be64_put(unsigned char *p, uint64_t v)
+{
+	for (int i = 7; i >= 0; i--, v >>= 8)
+		p[i] = (unsigned char)v;
+}
+
+static inline uint64_t jnl_be64_get(const unsigned char *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < 8; i++)
+		v = v << 8 | p[i];
+	return v;
+}
+
+struct jnl_key16 {
+	unsigned char b[16];
+};
+
+static inline struct jnl_key16 jnl_key16(uint64_t a, uint64_t b)
+{
+	struct jnl_key16 k;
+
+	jnl_be64_put(k.b, a);
+	jnl_be64_put(k.b + 8, b);
+	return k;
+}
+
+struct jnl_dkey {
+	unsigned char b[8 + NAME_MAX];
+	size_t len;
+};
+
+/* --- the pending table: chunk marks not committed yet ------------------- */
+
+#define JNL_PENT_NODE UINT64_MAX /* idx of a node's own entry */
+
+enum jnl_pent_flags {
+	JNL_PENT_USED = 1 << 0,  /* slot holds a key (maybe with no marks) */
+	JNL_PENT_DIRTY = 1 << 1, /* chunk written: -> DIRTY, new generation */
+	JNL_PENT_FILL = 1 << 2,  /* chunk filled: -> FLUSHED if not held */
+	JNL_PENT_SIZE = 1 << 3,  /* node entry: max_end valid */
+	JNL_PENT_MTIME = 1 << 4, /* node entry: mtime valid (a write) */
+};
+
+struct jnl_pent {
+	jnl_id id;
+	uint64_t idx;         /* chunk index, or JNL_PENT_NODE */
+	unsigned int flags;   /* enum jnl_pent_flags */
+	uint32_t len;         /* chunk: bytes held from the chunk start */
+	uint64_t added;       /* staging bytes reserved for this entry */
+	uint64_t max_end;     /* node: end of the furthest write */
+	struct timespec mtime; /* node: time of the last write */
+	unsigned char sha256[32]; /* chunk with FILL: the filled bytes */
+};
+
+struct jnl_ptab {
+	struct jnl_pent *e; /* open addressing, linear probing */
+	size_t cap;         /* power of two, or 0 */
+	size_t used;        /* slots with JNL_PENT_USED */
+};
+
+struct jnl_pent *jnl_ptab_find(struct jnl_ptab *t, jnl_id id, uint64_t idx);
+/* Find or insert; NULL only when out of memory. */
+struct jnl_pent *jnl_ptab_get(struct jnl_ptab *t, jnl_id id, uint64_t idx);
+void jnl_ptab_clear(struct jnl_ptab *t);
+void jnl_ptab_free(struct jnl_ptab *t);
+
+/* --- a set of u64 (handed-out ops, dependency scan) ---------------------- */
+
+struct jnl_u64set {
+	uint64_t *v; /* 0 = empty slot; the value 0 is kept in has_zero */
+	size_t cap, used;
+	bool has_zero;
+};
+
+bool jnl_u64set_has(const struct jnl_u64set *s, uint64_t v);
+/* 0 or -ENOMEM */
+int jnl_u64set_add(struct jnl_u64set *s, uint64_t v);
+void jnl_u64set_del(struct jnl_u64set *s, uint64_t v);
+void jnl_u64set_free(struct jnl_u64set *s);
+
+/* --- the open journal ---------------------------------------------------- */
+
+#define JNL_FD_SLOTS 64
+#define JNL_OPS_WINDOW 16384 /* ops examined per jnl_ops_ready() call */
+
+struct jnl_fdslot {
+	jnl_id id;     /* 0 = free */
+	int fd;
+	unsigned refs; /* callers using fd now */
+	uint64_t tick; /* last use, for eviction */
+};
+
+/*
+ * Lock order: commit_lock, then rw, then lock. LMDB's own writer lock is
+ * taken (mdb_txn_begin) after rw and never while holding lock.
+ */
+struct jnl {
+	/* immutable after jnl_open() */
+	char *dir;
+	int dirfd;  /* the journal directory; holds the flock */
+	int datafd; /* dir/data */
+	MDB_env *env;
+	MDB_dbi db_meta, db_nodes, db_dentries, db_chunks, db_dirtyq,
+		db_inflight, db_ops, db_imports;
+	uint32_t chunk_size;
+	unsigned int chunk_shift;
+	size_t map_pages, reserve_pages; /* LMDB map, kept for shrinking */
+	uint64_t max_bytes;
+	unsigned int commit_ms;
+	uint64_t resent_bytes; /* set by recovery in jnl_open() */
+
+	atomic_int failed; /* 0, or the sticky error (-EIO) */
+
+	/* held across one group commit (swap, fdatasync, txn); setattr holds
+	 * it so that no mark is in flight while it edits a node's chunks */
+	pthread_mutex_t commit_lock;
+	/* jnl_write() shared across its check, pwrite and mark; fill and
+	 * truncate exclusive (writer-preferring) */
+	pthread_rwlock_t rw;
+
+	pthread_mutex_t lock;
+	pthread_cond_t cond;             /* wakes the committer; lock */
+	struct jnl_ptab pend;            /* marks since the last swap; lock */
+	struct jnl_ptab committing;      /* marks of the commit running; lock */
+	uint64_t pend_new;               /* bytes reserved by both; lock */
+	int commit_err;                  /* last group commit error; lock */
+	bool unsynced;                   /* meta page not synced yet; lock */
+	bool stop;                       /* committer exits; lock */
+	struct jnl_fdslot fds[JNL_FD_SLOTS]; /* staging fds; lock */
+	uint64_t fd_tick;                /* lock */
+	struct jnl_u64set handed;        /* seqs of handed-out ops; lock */
+	uint64_t staged;                 /* committed staging bytes; lock */
+	uint64_t staged_txnid;           /* txn that set staged; lock */
+	pthread_t thread;
+};
+
+/* --- errors and write transactions (journal.c) ------------------------- */
+
+/* The one map of LMDB codes: MDB_NOTFOUND -> -ENOENT, MDB_MAP_FULL and
+ * MDB_TXN_FULL -> -ENOSPC, rc > 0 (an errno) -> -rc, anything else -> -EIO. */
+int jnl_err_from_mdb(int rc);
+/* jnl_err_from_mdb(), and -EIO makes the journal FAILED (sticky). */
+int jnl_mdb(struct jnl *j, int rc);
+/* Record a failure of the journal's own files: -EIO makes it FAILED. */
+int jnl_fail(struct jnl *j, int rc);
+/* 0, or the sticky error of a FAILED journal. */
+static inline int jnl_failed(struct jnl *j)
+{
+	return atomic_load(&j->failed);
+}
+
+struct jnl_wtx {
+	struct jnl *j;
+	MDB_txn *txn;
+	struct jnl_meta_rec m; /* read at begin, written at commit */
+	bool m_dirty;
+};
+
+/* Begin a write transaction (LMDB serialises them) and read meta. A
+ * @grow transaction (it may add records: namespace changes, the group
+ * commit) fails with -ENOSPC once the LMDB map is down to its reserve, so
+ * that the shrinking ones (ack, claim, release) can always run and free
+ * room: a full map never wedges the journal. */
+int jnl_wtx_begin(struct jnl *j, struct jnl_wtx *w, bool grow);
+/* Write meta if changed and commit; on failure nothing was changed. */
+int jnl_wtx_commit(struct jnl_wtx *w);
+void jnl_wtx_abort(struct jnl_wtx *w);
+/* A read-only transaction. */
+int jnl_rtx_begin(struct jnl *j, MDB_txn **txn);
+
+/* The group commit: swap pend, fdatasync the staging files it names,
+ * apply it in one transaction. Takes commit_lock unless @locked. */
+int jnl_commit_pending(struct jnl *j, bool locked);
+
+/* --- nodes (node.c) -------------------------------------------------------- */
+
+int jnl_node_read(struct jnl *j, MDB_txn *txn, jnl_id id,
+		  struct jnl_nrec *n);
+int jnl_node_write(struct jnl *j, MDB_txn *txn, jnl_id id,
+		   const struct jnl_nrec *n);
+/* A node may have chunks claimed: on the remote and still named. */
+static inline bool jnl_node_claimable(const struct jnl_node_rec *r)
+{
+	return !(r->flags & (JNL_NODE_LOCAL | JNL_NODE_UNLINKED));
+}
+void jnl_now(struct timespec *ts);
+int jnl_name_check(const char *name);
+struct jnl_dkey jnl_dkey(jnl_id parent, const char *name);
+/* The dentry (a whiteout has d->id 0), or -ENOENT. */
+int jnl_dentry_get(struct jnl *j, MDB_txn *txn, jnl_id parent,
+		   const char *name, struct jnl_dval *d);
+int jnl_dentry_put(struct jnl *j, MDB_txn *txn, jnl_id parent,
+		   const char *name, jnl_id id, uint64_t wseq);
+int jnl_dentry_del(struct jnl *j, MDB_txn *txn, jnl_id parent,
+		   const char *name);
+
+/* --- data (data.c) --------------------------------------------------------- */
+
+/* What pend and committing hold for a node, beyond its record. */
+struct jnl_pnode {
+	bool size_set, mtime_set;
+	uint64_t max_end;
+	struct timespec mtime;
+};
+/* Read it (takes lock), then merge it into a record read after. */
+void jnl_pend_node_get(struct jnl *j, jnl_id id, struct jnl_pnode *p);
+void jnl_pnode_merge(const struct jnl_pnode *p, struct jnl_node_rec *r);
+/* After a committed setattr: drop the marks past @size (SIZE) and the
+ * write mtime (MTIME), truncate the staging file. commit_lock held, and rw
+ * exclusive for SIZE. */
+int jnl_pend_setattr(struct jnl *j, jnl_id id, unsigned int set,
+		     uint64_t size);
+/* Apply the marks of @t to the chunk and node records (group commit). */
+int jnl_pend_apply(struct jnl_wtx *w, struct jnl_ptab *t);
+/* @n's claimability changed: put its DIRTY chunks in dirtyq (@in) or take
+ * them out. */
+int jnl_chunks_enqueue(struct jnl_wtx *w, jnl_id id, struct jnl_nrec *n,
+		       bool in);
+/* Delete the chunk records at or past @size, clamp the one across it;
+ * updates @n (the caller writes it). */
+int jnl_chunks_truncate(struct jnl_wtx *w, jnl_id id, struct jnl_nrec *n,
+			uint64_t size);
+/* jnl_open(): every INFLIGHT chunk becomes DIRTY; adds their bytes to
+ * *resent. Reads only the inflight index (invariant 2). */
+int jnl_chunks_recover(struct jnl_wtx *w, uint64_t *resent);
+int jnl_chunk_get(struct jnl *j, MDB_txn *txn, jnl_id id, uint64_t idx,
+		  struct jnl_chunk_rec *c);
+/* Staging file descriptors, cached (JNL_FD_SLOTS). jnl_fd_get() without
+ * @create returns -ENOENT if the node has no staging file. */
+int jnl_fd_get(struct jnl *j, jnl_id id, bool create, int *fd);
+void jnl_fd_put(struct jnl *j, jnl_id id, int fd);
+void jnl_fd_close_all(struct jnl *j);
+
+/* --- op log (ops.c) -------------------------------------------------------- */
+
+/* Append an op and count it in the nops of every node it names; fills
+ * o->r's seq into *seq. Call it after writing the node records you hold:
+ * it reads and rewrites them. */
+int jnl_op_append(struct jnl_wtx *w, const struct jnl_orec *o, uint64_t *seq);
+/* Read an op; -ENOENT if none. */
+int jnl_op_read(struct jnl *j, MDB_txn *txn, uint64_t seq, struct jnl_orec *o);
+/* Delete an op and uncount it from its nodes' nops. */
+int jnl_op_delete(struct jnl_wtx *w, const struct jnl_orec *o);
+/* The distinct nodes an op names (at most 4); returns the count. */
+int jnl_op_nodes(const struct jnl_op_rec *r, jnl_id out[4]);
+
+/* --- checks and test hooks ------------------------------------------------ */
+
+/*
+ * Check every numbered invariant of journal.c by a full scan of the journal
+ * (O(journal): tests only). A broken invariant logs a "BUG:" line naming
+ * it and aborts, as fs_itab_assert_sane() does. Commits pending marks first.
+ */
+void jnl_assert_sane(struct jnl *j);
+
+/* Test hooks, read by jnl_open(): set them before opening. 0 = default. */
+extern size_t jnl_test_map_size;        /* LMDB map size in bytes */
+extern unsigned int jnl_test_commit_ms; /* group commit period */
+extern unsigned int jnl_test_env_flags; /* more mdb_env_open() flags, e.g.
+					   MDB_NOSYNC to build big journals
+					   fast */
+
+/* --- syscall wrappers (candidates for util/sys.h) ------------------------ */
+
+static inline int jnl_sys_openat(int dirfd, const char *path, int flags,
+				 mode_t mode)
+{
+	int fd = openat(dirfd, path, flags | O_CLOEXEC, mode);
+
+	return fd < 0 ? -errno : fd;
+}
+
+static inline int jnl_sys_fdatasync(int fd)
+{
+	return fdatasync(fd) < 0 ? -errno : 0;
+}
+
+static inline int jnl_sys_ftruncate(int fd, off_t size)
+{
+	return ftruncate(fd, size) < 0 ? -errno : 0;
+}
+
+#endif

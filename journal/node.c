@@ -1,0 +1,1197 @@
+/*
+ * node.c - node records, dentries and the merged namespace (journal.h,
+ * "nodes and the merged namespace"; invariants 6-9 of journal.c).
+ *
+ * Every namespace change runs in one write transaction: read the nodes it
+ * touches into a node set, check, change the set, write the dentries, write
+ * the set, append the op (which bumps nops on the records just written),
+ * commit. On any error the transaction is aborted: nothing changed.
+ *
+ * Whiteouts. Removing a name (unlink, rmdir, the source of a rename) leaves a
+ * whiteout unless the parent is LOCAL: a directory the remote does not have
+ * cannot have remote entries to hide. The whiteout records the seq of the op
+ * that made it and is dropped when that op is acknowledged.
+ *
+ * Cancellation. Unlinking the only name of a LOCAL node whose create op is
+ * pending, not handed out, and the only op naming the node (nops == 1)
+ * deletes the create op and appends nothing: the remote never sees the file.
+ * The node stays (UNLINKED) for open handles.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "journal_i.h"
+#include "log.h"
+
+/* --- records -------------------------------------------------------------- */
+
+void jnl_now(struct timespec *ts)
+{
+	clock_gettime(CLOCK_REALTIME, ts);
+}
+
+int jnl_name_check(const char *name)
+{
+	size_t len;
+
+	if (!name || !*name || strchr(name, '/') || !strcmp(name, ".") ||
+	    !strcmp(name, ".."))
+		return -EINVAL;
+	len = strlen(name);
+	return len > NAME_MAX ? -ENAMETOOLONG : 0;
+}
+
+struct jnl_dkey jnl_dkey(jnl_id parent, const char *name)
+{
+	struct jnl_dkey k;
+
+	k.len = strlen(name);
+	jnl_be64_put(k.b, parent);
+	memcpy(k.b + 8, name, k.len);
+	k.len += 8;
+	return k;
+}
+
+int jnl_node_read(struct jnl *j, MDB_txn *txn, jnl_id id, struct jnl_nrec *n)
+{
+	unsigned char kb[8];
+	MDB_val k = { 8, kb }, v;
+	const unsigned char *p;
+	int rc;
+
+	jnl_be64_put(kb, id);
+	rc = mdb_get(txn, j->db_nodes, &k, &v);
+	if (rc)
+		return jnl_mdb(j, rc);
+	if (v.mv_size < sizeof(n->r))
+		goto bad;
+	memcpy(&n->r, v.mv_data, sizeof(n->r));
+	if (n->r.version != JNL_NODE_REC_VERSION || n->r.rname_len > NAME_MAX ||
+	    n->r.target_len >= PATH_MAX ||
+	    v.mv_size != sizeof(n->r) + n->r.rname_len + n->r.target_len)
+		goto bad;
+	p = (const unsigned char *)v.mv_data + sizeof(n->r);
+	memcpy(n->rname, p, n->r.rname_len);
+	n->rname[n->r.rname_len] = 0;
+	memcpy(n->target, p + n->r.rname_len, n->r.target_len);
+	n->target[n->r.target_len] = 0;
+	return 0;
+bad:
+	LOG_ERR("journal '%s': bad record of node %" PRIu64, j->dir, id);
+	return jnl_fail(j, -EIO);
+}
+
+int jnl_node_write(struct jnl *j, MDB_txn *txn, jnl_id id,
+		   const struct jnl_nrec *n)
+{
+	unsigned char kb[8], buf[sizeof(n->r) + NAME_MAX + PATH_MAX];
+	struct jnl_node_rec r = n->r;
+	MDB_val k = { 8, kb }, v;
+
+	r.version = JNL_NODE_REC_VERSION;
+	r.rname_len = (uint16_t)strlen(n->rname);
+	memcpy(buf, &r, sizeof(r));
+	memcpy(buf + sizeof(r), n->rname, r.rname_len);
+	memcpy(buf + sizeof(r) + r.rname_len, n->target, r.target_len);
+	jnl_be64_put(kb, id);
+	v.mv_size = sizeof(r) + r.rname_len + r.target_len;
+	v.mv_data = buf;
+	return jnl_mdb(j, mdb_put(txn, j->db_nodes, &k, &v, 0));
+}
+
+int jnl_dentry_get(struct jnl *j, MDB_txn *txn, jnl_id parent,
+		   const char *name, struct jnl_dval *d)
+{
+	struct jnl_dkey dk = jnl_dkey(parent, name);
+	MDB_val k = { dk.len, dk.b }, v;
+	int rc = mdb_get(txn, j->db_dentries, &k, &v);
+
+	if (rc)
+		return jnl_mdb(j, rc);
+	if (v.mv_size != sizeof(*d))
+		return jnl_fail(j, -EIO);
+	memcpy(d, v.mv_data, sizeof(*d));
+	return 0;
+}
+
+int jnl_dentry_put(struct jnl *j, MDB_txn *txn, jnl_id parent,
+		   const char *name, jnl_id id, uint64_t wseq)
+{
+	struct jnl_dkey dk = jnl_dkey(parent, name);
+	struct jnl_dval d = { id, wseq };
+	MDB_val k = { dk.len, dk.b }, v = { sizeof(d), &d };
+
+	return jnl_mdb(j, mdb_put(txn, j->db_dentries, &k, &v, 0));
+}
+
+int jnl_dentry_del(struct jnl *j, MDB_txn *txn, jnl_id parent,
+		   const char *name)
+{
+	struct jnl_dkey dk = jnl_dkey(parent, name);
+	MDB_val k = { dk.len, dk.b };
+
+	return jnl_mdb(j, mdb_del(txn, j->db_dentries, &k, NULL));
+}
+
+static void ts_get(struct timespec *ts, int64_t sec, uint32_t nsec)
+{
+	ts->tv_sec = (time_t)sec;
+	ts->tv_nsec = (long)nsec;
+}
+
+static void ts_set(int64_t *sec, uint32_t *nsec, const struct timespec *ts)
+{
+	*sec = (int64_t)ts->tv_sec;
+	*nsec = (uint32_t)ts->tv_nsec;
+}
+
+static void touch(struct jnl_node_rec *r, bool mtime)
+{
+	struct timespec now;
+
+	jnl_now(&now);
+	ts_set(&r->ctime_sec, &r->ctime_nsec, &now);
+	if (mtime)
+		ts_set(&r->mtime_sec, &r->mtime_nsec, &now);
+}
+
+/* --- node sets: the records one change touches --------------------------- */
+
+#define NSET_MAX 5
+
+struct nset {
+	struct jnl_wtx *w;
+	int count;
+	jnl_id id[NSET_MAX];
+	struct jnl_nrec n[NSET_MAX];
+};
+
+static int nset_get(struct nset *s, jnl_id id, struct jnl_nrec **out)
+{
+	int rc;
+
+	for (int i = 0; i < s->count; i++)
+		if (s->id[i] == id) {
+			*out = &s->n[i];
+			return 0;
+		}
+	if (s->count == NSET_MAX)
+		BUG("node set full");
+	rc = jnl_node_read(s->w->j, s->w->txn, id, &s->n[s->count]);
+	if (rc)
+		return rc;
+	s->id[s->count] = id;
+	*out = &s->n[s->count++];
+	return 0;
+}
+
+/* A new record in the set (not read from LMDB). */
+static struct jnl_nrec *nset_new(struct nset *s, jnl_id id)
+{
+	struct jnl_nrec *n;
+
+	if (s->count == NSET_MAX)
+		BUG("node set full");
+	n = &s->n[s->count];
+	memset(n, 0, sizeof(*n));
+	n->r.version = JNL_NODE_REC_VERSION;
+	s->id[s->count++] = id;
+	return n;
+}
+
+static int nset_write(struct nset *s)
+{
+	for (int i = 0; i < s->count; i++) {
+		int rc = jnl_node_write(s->w->j, s->w->txn, s->id[i], &s->n[i]);
+
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static struct nset *nset_alloc(struct jnl_wtx *w)
+{
+	struct nset *s = malloc(sizeof(*s));
+
+	if (s) {
+		s->w = w;
+		s->count = 0;
+	}
+	return s;
+}
+
+/* A directory that can take names: exists, is a directory, not removed. */
+static int dir_get(struct nset *s, jnl_id id, struct jnl_nrec **out)
+{
+	int rc = nset_get(s, id, out);
+
+	if (rc)
+		return rc;
+	if (!S_ISDIR((*out)->r.mode))
+		return -ENOTDIR;
+	if ((*out)->r.flags & JNL_NODE_UNLINKED)
+		return -ENOENT;
+	return 0;
+}
+
+/* The merged entry of (parent, name): 0 with d, or -ENOENT (no entry or a
+ * whiteout: *d tells). */
+static int name_get(struct jnl_wtx *w, jnl_id parent, const char *name,
+		    struct jnl_dval *d)
+{
+	int rc = jnl_dentry_get(w->j, w->txn, parent, name, d);
+
+	if (rc == -ENOENT)
+		memset(d, 0, sizeof(*d));
+	if (rc)
+		return rc;
+	return d->id ? 0 : -ENOENT;
+}
+
+/* Has @dir a name (not a whiteout) in the merged view? */
+static int dir_has_names(struct jnl *j, MDB_txn *txn, jnl_id dir)
+{
+	unsigned char kb[8];
+	MDB_val k = { 8, kb }, v;
+	MDB_cursor *c;
+	int rc, found = 0;
+
+	jnl_be64_put(kb, dir);
+	rc = mdb_cursor_open(txn, j->db_dentries, &c);
+	if (rc)
+		return jnl_mdb(j, rc);
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE); !rc;
+	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		struct jnl_dval d;
+
+		if (k.mv_size < 8 || jnl_be64_get(k.mv_data) != dir)
+			break;
+		if (v.mv_size != sizeof(d)) {
+			rc = MDB_CORRUPTED;
+			break;
+		}
+		memcpy(&d, v.mv_data, sizeof(d));
+		if (d.id) {
+			found = 1;
+			break;
+		}
+	}
+	mdb_cursor_close(c);
+	if (rc && rc != MDB_NOTFOUND)
+		return jnl_mdb(j, rc);
+	return found;
+}
+
+/* Is @id an ancestor of (or equal to) @dir in the merged view? */
+static int is_ancestor(struct jnl_wtx *w, jnl_id id, jnl_id dir)
+{
+	struct jnl_nrec *n = malloc(sizeof(*n));
+	int rc = 0;
+
+	if (!n)
+		return -ENOMEM;
+	for (int depth = 0; dir && depth < 4096; depth++) {
+		if (dir == id) {
+			rc = 1;
+			break;
+		}
+		if (dir == JNL_ROOT)
+			break;
+		rc = jnl_node_read(w->j, w->txn, dir, n);
+		if (rc)
+			break;
+		dir = n->r.mparent;
+	}
+	free(n);
+	return rc;
+}
+
+static bool is_handed(struct jnl *j, uint64_t seq)
+{
+	bool handed;
+
+	pthread_mutex_lock(&j->lock);
+	handed = jnl_u64set_has(&j->handed, seq);
+	pthread_mutex_unlock(&j->lock);
+	return handed;
+}
+
+/* A node lost its last name: UNLINKED, and its chunks leave dirtyq. */
+static int node_unlinked(struct jnl_wtx *w, jnl_id id, struct jnl_nrec *n)
+{
+	bool was = jnl_node_claimable(&n->r);
+
+	n->r.nlink = 0;
+	n->r.flags |= JNL_NODE_UNLINKED;
+	return was ? jnl_chunks_enqueue(w, id, n, false) : 0;
+}
+
+/* --- reading ---------------------------------------------------------------- */
+
+static void to_public(jnl_id id, const struct jnl_node_rec *r,
+		      struct jnl_node *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->id = id;
+	out->flags = r->flags;
+	out->mode = (mode_t)r->mode;
+	out->uid = (uid_t)r->uid;
+	out->gid = (gid_t)r->gid;
+	out->size = r->size;
+	ts_get(&out->atime, r->atime_sec, r->atime_nsec);
+	ts_get(&out->mtime, r->mtime_sec, r->mtime_nsec);
+	ts_get(&out->ctime, r->ctime_sec, r->ctime_nsec);
+	out->nlink = r->nlink;
+	out->base_dev = r->base_dev;
+	out->base_ino = r->base_ino;
+	out->rparent = r->rparent;
+}
+
+int jnl_node_get(struct jnl *j, jnl_id id, struct jnl_node *out)
+{
+	struct jnl_pnode p;
+	struct jnl_nrec *n;
+	MDB_txn *txn;
+	int rc;
+
+	n = malloc(sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	jnl_pend_node_get(j, id, &p); /* memory first: invariant 11 */
+	rc = jnl_rtx_begin(j, &txn);
+	if (!rc) {
+		rc = jnl_node_read(j, txn, id, n);
+		mdb_txn_abort(txn);
+	}
+	if (!rc) {
+		jnl_pnode_merge(&p, &n->r);
+		to_public(id, &n->r, out);
+	}
+	free(n);
+	return rc;
+}
+
+int jnl_lookup(struct jnl *j, jnl_id parent, const char *name, jnl_id *id,
+	       bool *whiteout)
+{
+	struct jnl_dval d;
+	MDB_txn *txn;
+	int rc;
+
+	*id = 0;
+	*whiteout = false;
+	rc = jnl_name_check(name);
+	if (rc)
+		return rc;
+	rc = jnl_rtx_begin(j, &txn);
+	if (rc)
+		return rc;
+	rc = jnl_dentry_get(j, txn, parent, name, &d);
+	mdb_txn_abort(txn);
+	if (rc)
+		return rc;
+	if (!d.id) {
+		*whiteout = true;
+		return -ENOENT;
+	}
+	*id = d.id;
+	return 0;
+}
+
+int jnl_readlink(struct jnl *j, jnl_id id, char *buf, size_t size)
+{
+	struct jnl_nrec *n = malloc(sizeof(*n));
+	MDB_txn *txn;
+	int rc;
+
+	if (!n)
+		return -ENOMEM;
+	rc = jnl_rtx_begin(j, &txn);
+	if (!rc) {
+		rc = jnl_node_read(j, txn, id, n);
+		mdb_txn_abort(txn);
+	}
+	if (!rc && !S_ISLNK(n->r.mode))
+		rc = -EINVAL;
+	else if (!rc && !n->r.target_len)
+		rc = -ENODATA; /* imported: the remote has the target */
+	else if (!rc && size <= n->r.target_len)
+		rc = -ERANGE;
+	if (!rc) {
+		memcpy(buf, n->target, n->r.target_len + 1u);
+		rc = n->r.target_len;
+	}
+	free(n);
+	return rc;
+}
+
+int jnl_readdir(struct jnl *j, jnl_id dir, jnl_dirent_fn fn, void *arg)
+{
+	struct jnl_nrec *n = malloc(sizeof(*n));
+	unsigned char kb[8];
+	MDB_val k = { 8, kb }, v;
+	MDB_cursor *c;
+	MDB_txn *txn;
+	int rc;
+
+	if (!n)
+		return -ENOMEM;
+	rc = jnl_rtx_begin(j, &txn);
+	if (rc)
+		goto out_free;
+	rc = jnl_node_read(j, txn, dir, n);
+	if (!rc && !S_ISDIR(n->r.mode))
+		rc = -ENOTDIR;
+	if (rc)
+		goto out_abort;
+	rc = mdb_cursor_open(txn, j->db_dentries, &c);
+	if (rc) {
+		rc = jnl_mdb(j, rc);
+		goto out_abort;
+	}
+	jnl_be64_put(kb, dir);
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE); !rc;
+	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		char name[NAME_MAX + 1];
+		struct jnl_dval d;
+
+		if (k.mv_size < 9 || k.mv_size > 8 + NAME_MAX ||
+		    jnl_be64_get(k.mv_data) != dir)
+			break;
+		if (v.mv_size != sizeof(d)) {
+			rc = jnl_fail(j, -EIO);
+			break;
+		}
+		memcpy(&d, v.mv_data, sizeof(d));
+		memcpy(name, (const char *)k.mv_data + 8, k.mv_size - 8);
+		name[k.mv_size - 8] = 0;
+		rc = fn(name, d.id, arg);
+		if (rc)
+			break;
+	}
+	mdb_cursor_close(c);
+	if (rc == MDB_NOTFOUND)
+		rc = 0;
+	else if (rc > 0 || rc < -4096)
+		rc = jnl_mdb(j, rc);
+out_abort:
+	mdb_txn_abort(txn);
+out_free:
+	free(n);
+	return rc;
+}
+
+/* --- import ----------------------------------------------------------------- */
+
+static int import_get(struct jnl_wtx *w, const struct stat *st, jnl_id *id)
+{
+	struct jnl_key16 kk = jnl_key16((uint64_t)st->st_dev,
+					(uint64_t)st->st_ino);
+	MDB_val k = { 16, kk.b }, v;
+	int rc = mdb_get(w->txn, w->j->db_imports, &k, &v);
+
+	if (rc)
+		return jnl_mdb(w->j, rc);
+	if (v.mv_size != 8)
+		return jnl_fail(w->j, -EIO);
+	*id = jnl_be64_get(v.mv_data);
+	return 0;
+}
+
+static int import_put(struct jnl_wtx *w, const struct stat *st, jnl_id id)
+{
+	struct jnl_key16 kk = jnl_key16((uint64_t)st->st_dev,
+					(uint64_t)st->st_ino);
+	unsigned char vb[8];
+	MDB_val k = { 16, kk.b }, v = { 8, vb };
+
+	jnl_be64_put(vb, id);
+	return jnl_mdb(w->j, mdb_put(w->txn, w->j->db_imports, &k, &v, 0));
+}
+
+int jnl_node_import(struct jnl *j, jnl_id parent, const char *name,
+		    const struct stat *st, jnl_id *out)
+{
+	struct jnl_nrec *p, *n;
+	struct jnl_wtx w;
+	struct jnl_dval d;
+	struct nset *s;
+	jnl_id id = 0;
+	int rc;
+
+	*out = 0;
+	rc = jnl_name_check(name);
+	if (rc)
+		return rc;
+	rc = jnl_wtx_begin(j, &w, true);
+	if (rc)
+		return rc;
+	s = nset_alloc(&w);
+	if (!s) {
+		rc = -ENOMEM;
+		goto out_abort;
+	}
+	rc = dir_get(s, parent, &p);
+	if (rc)
+		goto out_abort;
+	rc = jnl_dentry_get(j, w.txn, parent, name, &d);
+	if (!rc) { /* already known: the node, or removed here */
+		*out = d.id;
+		rc = d.id ? 0 : -ENOENT;
+		goto out_abort;
+	}
+	if (rc != -ENOENT)
+		goto out_abort;
+	if (st->st_ino) {
+		rc = import_get(&w, st, &id);
+		if (!rc) {
+			rc = nset_get(s, id, &n);
+			if (rc)
+				goto out_abort;
+			if ((n->r.mode & S_IFMT) ==
+				    ((uint32_t)st->st_mode & S_IFMT) &&
+			    !(n->r.flags & JNL_NODE_UNLINKED) &&
+			    !S_ISDIR(n->r.mode)) {
+				/* another remote name of a known file */
+				rc = jnl_dentry_put(j, w.txn, parent, name, id,
+						    0);
+				if (!rc)
+					rc = jnl_wtx_commit(&w);
+				if (!rc)
+					*out = id;
+				free(s);
+				return rc;
+			}
+		} else if (rc != -ENOENT) {
+			goto out_abort;
+		}
+	}
+
+	id = w.m.next_id++;
+	w.m_dirty = true;
+	n = nset_new(s, id);
+	n->r.mode = (uint32_t)st->st_mode;
+	n->r.uid = (uint32_t)st->st_uid;
+	n->r.gid = (uint32_t)st->st_gid;
+	ts_set(&n->r.atime_sec, &n->r.atime_nsec, &st->st_atim);
+	ts_set(&n->r.mtime_sec, &n->r.mtime_nsec, &st->st_mtim);
+	ts_set(&n->r.ctime_sec, &n->r.ctime_nsec, &st->st_ctim);
+	n->r.size = (uint64_t)st->st_size;
+	n->r.nlink = st->st_nlink ? (uint64_t)st->st_nlink : 1;
+	n->r.base_dev = (uint64_t)st->st_dev;
+	n->r.base_ino = (uint64_t)st->st_ino;
+	n->r.rparent = parent;
+	n->r.mparent = parent;
+	n->r.rvalid = S_ISREG(st->st_mode) ? (uint64_t)st->st_size : 0;
+	snprintf(n->rname, sizeof(n->rname), "%s", name);
+	rc = jnl_dentry_put(j, w.txn, parent, name, id, 0);
+	if (!rc && st->st_ino)
+		rc = import_put(&w, st, id);
+	if (!rc)
+		rc = nset_write(s);
+	if (rc)
+		goto out_abort;
+	free(s);
+	rc = jnl_wtx_commit(&w);
+	if (!rc)
+		*out = id;
+	return rc;
+
+out_abort:
+	free(s);
+	jnl_wtx_abort(&w);
+	return rc;
+}
+
+/* --- creation ---------------------------------------------------------------- */
+
+static int make_node(struct jnl *j, jnl_id parent, const char *name,
+		     mode_t type, const char *target,
+		     const struct jnl_node *attr, jnl_id *out)
+{
+	struct jnl_nrec *p, *n;
+	struct jnl_orec o;
+	struct jnl_wtx w;
+	struct jnl_dval d;
+	struct timespec now;
+	struct nset *s;
+	uint64_t seq;
+	jnl_id id;
+	int rc;
+
+	*out = 0;
+	rc = jnl_name_check(name);
+	if (rc)
+		return rc;
+	if (!attr || (target && !*target))
+		return -EINVAL;
+	if (target && strlen(target) >= PATH_MAX)
+		return -ENAMETOOLONG;
+	rc = jnl_wtx_begin(j, &w, true);
+	if (rc)
+		return rc;
+	s = nset_alloc(&w);
+	if (!s) {
+		rc = -ENOMEM;
+		goto out_abort;
+	}
+	rc = dir_get(s, parent, &p);
+	if (rc)
+		goto out_abort;
+	rc = name_get(&w, parent, name, &d);
+	if (!rc)
+		rc = -EEXIST;
+	if (rc != -ENOENT)
+		goto out_abort;
+
+	id = w.m.next_id++;
+	w.m_dirty = true;
+	n = nset_new(s, id);
+	jnl_now(&now);
+	n->r.flags = JNL_NODE_LOCAL;
+	n->r.mode = (uint32_t)(type | (attr->mode & 07777));
+	n->r.uid = (uint32_t)attr->uid;
+	n->r.gid = (uint32_t)attr->gid;
+	ts_set(&n->r.atime_sec, &n->r.atime_nsec,
+	       attr->atime.tv_sec || attr->atime.tv_nsec ? &attr->atime : &now);
+	ts_set(&n->r.mtime_sec, &n->r.mtime_nsec,
+	       attr->mtime.tv_sec || attr->mtime.tv_nsec ? &attr->mtime : &now);
+	ts_set(&n->r.ctime_sec, &n->r.ctime_nsec, &now);
+	n->r.nlink = S_ISDIR(type) ? 2 : 1;
+	n->r.mparent = parent;
+	n->r.create_seq = w.m.next_seq; /* jnl_op_append() takes it */
+	/* the name it will have on the remote, with rparent 0 until the ack:
+	 * then the ack does not grow the record (a full map drains) */
+	snprintf(n->rname, sizeof(n->rname), "%s", name);
+	if (target) {
+		n->r.target_len = (uint16_t)strlen(target);
+		memcpy(n->target, target, n->r.target_len + 1u);
+		n->r.size = n->r.target_len;
+	}
+	if (S_ISDIR(type))
+		p->r.nlink++;
+	touch(&p->r, true);
+
+	rc = jnl_dentry_put(j, w.txn, parent, name, id, 0);
+	if (!rc)
+		rc = nset_write(s);
+	if (rc)
+		goto out_abort;
+	memset(&o, 0, sizeof(o));
+	o.r.type = (uint16_t)(S_ISDIR(type)   ? JNL_OP_MKDIR :
+			      S_ISLNK(type) ? JNL_OP_SYMLINK :
+					      JNL_OP_CREATE);
+	o.r.id = id;
+	o.r.parent = parent;
+	o.r.wseq = d.wseq; /* the whiteout replaced, if any */
+	snprintf(o.name, sizeof(o.name), "%s", name);
+	rc = jnl_op_append(&w, &o, &seq);
+	if (rc)
+		goto out_abort;
+	free(s);
+	rc = jnl_wtx_commit(&w);
+	if (!rc)
+		*out = id;
+	return rc;
+
+out_abort:
+	free(s);
+	jnl_wtx_abort(&w);
+	return rc;
+}
+
+int jnl_mkdir(struct jnl *j, jnl_id parent, const char *name,
+	      const struct jnl_node *attr, jnl_id *out)
+{
+	return make_node(j, parent, name, S_IFDIR, NULL, attr, out);
+}
+
+int jnl_create(struct jnl *j, jnl_id parent, const char *name,
+	       const struct jnl_node *attr, jnl_id *out)
+{
+	mode_t type = attr ? attr->mode & S_IFMT : 0;
+
+	if (!type)
+		type = S_IFREG;
+	if (type == S_IFDIR || type == S_IFLNK)
+		return -EINVAL;
+	return make_node(j, parent, name, type, NULL, attr, out);
+}
+
+int jnl_symlink(struct jnl *j, jnl_id parent, const char *name,
+		const char *target, const struct jnl_node *attr, jnl_id *out)
+{
+	if (!target)
+		return -EINVAL;
+	return make_node(j, parent, name, S_IFLNK, target, attr, out);
+}
+
+int jnl_link(struct jnl *j, jnl_id id, jnl_id parent, const char *name)
+{
+	struct jnl_nrec *p, *n;
+	struct jnl_orec o;
+	struct jnl_wtx w;
+	struct jnl_dval d;
+	struct nset *s;
+	uint64_t seq;
+	int rc;
+
+	rc = jnl_name_check(name);
+	if (rc)
+		return rc;
+	rc = jnl_wtx_begin(j, &w, true);
+	if (rc)
+		return rc;
+	s = nset_alloc(&w);
+	if (!s) {
+		rc = -ENOMEM;
+		goto out_abort;
+	}
+	rc = nset_get(s, id, &n);
+	if (!rc && S_ISDIR(n->r.mode))
+		rc = -EPERM;
+	if (!rc && (n->r.flags & JNL_NODE_UNLINKED))
+		rc = -ENOENT;
+	if (!rc)
+		rc = dir_get(s, parent, &p);
+	if (rc)
+		goto out_abort;
+	rc = name_get(&w, parent, name, &d);
+	if (!rc)
+		rc = -EEXIST;
+	if (rc != -ENOENT)
+		goto out_abort;
+	n->r.nlink++;
+	touch(&n->r, false);
+	touch(&p->r, true);
+	rc = jnl_dentry_put(j, w.txn, parent, name, id, 0);
+	if (!rc)
+		rc = nset_write(s);
+	if (rc)
+		goto out_abort;
+	memset(&o, 0, sizeof(o));
+	o.r.type = JNL_OP_LINK;
+	o.r.id = id;
+	o.r.parent = parent;
+	snprintf(o.name, sizeof(o.name), "%s", name);
+	rc = jnl_op_append(&w, &o, &seq);
+	if (rc)
+		goto out_abort;
+	free(s);
+	return jnl_wtx_commit(&w);
+
+out_abort:
+	free(s);
+	jnl_wtx_abort(&w);
+	return rc;
+}
+
+/* --- removal ----------------------------------------------------------------- */
+
+/*
+ * May the removal of (parent, name) -> n cancel n's create op? Then *co is
+ * the create op. See "Cancellation" above.
+ */
+static int may_cancel(struct jnl_wtx *w, const struct jnl_nrec *n,
+		      jnl_id parent, const char *name, struct jnl_orec *co)
+{
+	int rc;
+
+	if (!(n->r.flags & JNL_NODE_LOCAL) || !n->r.create_seq ||
+	    n->r.nops != 1 || (!S_ISDIR(n->r.mode) && n->r.nlink != 1))
+		return 0;
+	rc = jnl_op_read(w->j, w->txn, n->r.create_seq, co);
+	if (rc)
+		return rc == -ENOENT ? jnl_fail(w->j, -EIO) : rc;
+	if (co->r.parent != parent || strcmp(co->name, name))
+		return 0;
+	return !is_handed(w->j, co->seq);
+}
+
+static int remove_name(struct jnl *j, jnl_id parent, const char *name,
+		       bool dir)
+{
+	struct jnl_nrec *p, *n;
+	struct jnl_orec o, co;
+	struct jnl_wtx w;
+	struct jnl_dval d;
+	struct nset *s;
+	uint64_t seq;
+	jnl_id id;
+	int rc, cancel;
+
+	rc = jnl_name_check(name);
+	if (rc)
+		return rc;
+	rc = jnl_wtx_begin(j, &w, true);
+	if (rc)
+		return rc;
+	s = nset_alloc(&w);
+	if (!s) {
+		rc = -ENOMEM;
+		goto out_abort;
+	}
+	rc = dir_get(s, parent, &p);
+	if (!rc)
+		rc = name_get(&w, parent, name, &d);
+	if (rc)
+		goto out_abort;
+	id = d.id;
+	rc = nset_get(s, id, &n);
+	if (rc)
+		goto out_abort;
+	if (dir && !S_ISDIR(n->r.mode))
+		rc = -ENOTDIR;
+	else if (!dir && S_ISDIR(n->r.mode))
+		rc = -EISDIR;
+	else if (dir) {
+		rc = dir_has_names(j, w.txn, id);
+		if (rc > 0)
+			rc = -ENOTEMPTY;
+	}
+	if (rc)
+		goto out_abort;
+
+	cancel = may_cancel(&w, n, parent, name, &co);
+	if (cancel < 0) {
+		rc = cancel;
+		goto out_abort;
+	}
+	seq = w.m.next_seq; /* the op appended below, if any */
+	if (cancel) {
+		/* the remote never sees it: drop the dentry, or bring back
+		 * the whiteout the create replaced if its op is pending */
+		struct jnl_orec wo;
+
+		if (co.r.wseq && !(p->r.flags & JNL_NODE_LOCAL) &&
+		    !jnl_op_read(j, w.txn, co.r.wseq, &wo))
+			rc = jnl_dentry_put(j, w.txn, parent, name, 0,
+					    co.r.wseq);
+		else
+			rc = jnl_dentry_del(j, w.txn, parent, name);
+		n->r.create_seq = 0;
+	} else if (p->r.flags & JNL_NODE_LOCAL) {
+		rc = jnl_dentry_del(j, w.txn, parent, name);
+	} else {
+		rc = jnl_dentry_put(j, w.txn, parent, name, 0, seq);
+	}
+	if (rc)
+		goto out_abort;
+	if (dir) {
+		p->r.nlink--;
+		rc = node_unlinked(&w, id, n);
+	} else if (--n->r.nlink == 0) {
+		rc = node_unlinked(&w, id, n);
+	}
+	touch(&n->r, false);
+	touch(&p->r, true);
+	if (!rc)
+		rc = nset_write(s);
+	if (rc)
+		goto out_abort;
+	if (cancel) {
+		rc = jnl_op_delete(&w, &co);
+	} else {
+		memset(&o, 0, sizeof(o));
+		o.r.type = dir ? JNL_OP_RMDIR : JNL_OP_UNLINK;
+		o.r.id = id;
+		o.r.parent = parent;
+		snprintf(o.name, sizeof(o.name), "%s", name);
+		rc = jnl_op_append(&w, &o, &seq);
+	}
+	if (rc)
+		goto out_abort;
+	free(s);
+	return jnl_wtx_commit(&w);
+
+out_abort:
+	free(s);
+	jnl_wtx_abort(&w);
+	return rc;
+}
+
+int jnl_unlink(struct jnl *j, jnl_id parent, const char *name)
+{
+	return remove_name(j, parent, name, false);
+}
+
+int jnl_rmdir(struct jnl *j, jnl_id parent, const char *name)
+{
+	return remove_name(j, parent, name, true);
+}
+
+/* --- rename ------------------------------------------------------------------- */
+
+static int rename_exchange(struct nset *s, jnl_id parent, const char *name,
+			   jnl_id newparent, const char *newname,
+			   struct jnl_orec *o)
+{
+	struct jnl_wtx *w = s->w;
+	struct jnl_nrec *p, *np, *a, *b;
+	int rc;
+
+	rc = nset_get(s, parent, &p);
+	if (!rc)
+		rc = nset_get(s, newparent, &np);
+	if (!rc)
+		rc = nset_get(s, o->r.id, &a);
+	if (!rc)
+		rc = nset_get(s, o->r.id2, &b);
+	if (rc)
+		return rc;
+	if (parent != newparent) {
+		if (S_ISDIR(a->r.mode)) {
+			rc = is_ancestor(w, o->r.id, newparent);
+			if (rc)
+				return rc < 0 ? rc : -EINVAL;
+			p->r.nlink--;
+			np->r.nlink++;
+		}
+		if (S_ISDIR(b->r.mode)) {
+			rc = is_ancestor(w, o->r.id2, parent);
+			if (rc)
+				return rc < 0 ? rc : -EINVAL;
+			np->r.nlink--;
+			p->r.nlink++;
+		}
+	}
+	a->r.mparent = newparent;
+	b->r.mparent = parent;
+	touch(&a->r, false);
+	touch(&b->r, false);
+	touch(&p->r, true);
+	touch(&np->r, true);
+	rc = jnl_dentry_put(w->j, w->txn, parent, name, o->r.id2, 0);
+	if (!rc)
+		rc = jnl_dentry_put(w->j, w->txn, newparent, newname, o->r.id,
+				    0);
+	return rc;
+}
+
+static int rename_move(struct nset *s, jnl_id parent, const char *name,
+		       jnl_id newparent, const char *newname,
+		       unsigned int flags, struct jnl_orec *o)
+{
+	struct jnl_wtx *w = s->w;
+	struct jnl_nrec *p, *np, *a, *b = NULL;
+	int rc;
+
+	rc = nset_get(s, parent, &p);
+	if (!rc)
+		rc = nset_get(s, newparent, &np);
+	if (!rc)
+		rc = nset_get(s, o->r.id, &a);
+	if (rc)
+		return rc;
+	if (S_ISDIR(a->r.mode) && parent != newparent) {
+		rc = is_ancestor(w, o->r.id, newparent);
+		if (rc)
+			return rc < 0 ? rc : -EINVAL;
+	}
+	if (o->r.id2) {
+		if (flags & RENAME_NOREPLACE)
+			return -EEXIST;
+		rc = nset_get(s, o->r.id2, &b);
+		if (rc)
+			return rc;
+		if (S_ISDIR(a->r.mode) && !S_ISDIR(b->r.mode))
+			return -ENOTDIR;
+		if (!S_ISDIR(a->r.mode) && S_ISDIR(b->r.mode))
+			return -EISDIR;
+		if (S_ISDIR(b->r.mode)) {
+			rc = dir_has_names(w->j, w->txn, o->r.id2);
+			if (rc)
+				return rc < 0 ? rc : -ENOTEMPTY;
+			np->r.nlink--;
+			rc = node_unlinked(w, o->r.id2, b);
+		} else if (--b->r.nlink == 0) {
+			rc = node_unlinked(w, o->r.id2, b);
+		}
+		if (rc)
+			return rc;
+		touch(&b->r, false);
+	}
+	if (S_ISDIR(a->r.mode) && parent != newparent) {
+		p->r.nlink--;
+		np->r.nlink++;
+	}
+	a->r.mparent = newparent;
+	touch(&a->r, false);
+	touch(&p->r, true);
+	touch(&np->r, true);
+	rc = jnl_dentry_put(w->j, w->txn, newparent, newname, o->r.id, 0);
+	if (rc)
+		return rc;
+	if (p->r.flags & JNL_NODE_LOCAL)
+		return jnl_dentry_del(w->j, w->txn, parent, name);
+	return jnl_dentry_put(w->j, w->txn, parent, name, 0, w->m.next_seq);
+}
+
+int jnl_rename(struct jnl *j, jnl_id parent, const char *name,
+	       jnl_id newparent, const char *newname, unsigned int flags)
+{
+	struct jnl_nrec *p;
+	struct jnl_dval sd, dd;
+	struct jnl_orec o;
+	struct jnl_wtx w;
+	struct nset *s;
+	uint64_t seq;
+	int rc;
+
+	if (flags & ~(unsigned int)(RENAME_NOREPLACE | RENAME_EXCHANGE))
+		return -EINVAL;
+	if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE))
+		return -EINVAL;
+	rc = jnl_name_check(name);
+	if (!rc)
+		rc = jnl_name_check(newname);
+	if (rc)
+		return rc;
+	rc = jnl_wtx_begin(j, &w, true);
+	if (rc)
+		return rc;
+	s = nset_alloc(&w);
+	if (!s) {
+		rc = -ENOMEM;
+		goto out_abort;
+	}
+	rc = dir_get(s, parent, &p);
+	if (!rc)
+		rc = dir_get(s, newparent, &p);
+	if (!rc)
+		rc = name_get(&w, parent, name, &sd);
+	if (rc)
+		goto out_abort;
+	rc = name_get(&w, newparent, newname, &dd);
+	if (rc && rc != -ENOENT)
+		goto out_abort;
+	if ((parent == newparent && !strcmp(name, newname)) || sd.id == dd.id) {
+		/* the same name, or two names of one node: nothing to do */
+		free(s);
+		jnl_wtx_abort(&w);
+		return 0;
+	}
+	memset(&o, 0, sizeof(o));
+	o.r.type = JNL_OP_RENAME;
+	o.r.flags = flags;
+	o.r.id = sd.id;
+	o.r.id2 = dd.id;
+	o.r.parent = parent;
+	o.r.newparent = newparent;
+	snprintf(o.name, sizeof(o.name), "%s", name);
+	snprintf(o.newname, sizeof(o.newname), "%s", newname);
+	if (flags & RENAME_EXCHANGE)
+		rc = dd.id ? rename_exchange(s, parent, name, newparent,
+					     newname, &o) :
+			     -ENOENT;
+	else
+		rc = rename_move(s, parent, name, newparent, newname, flags,
+				 &o);
+	if (!rc)
+		rc = nset_write(s);
+	if (!rc)
+		rc = jnl_op_append(&w, &o, &seq);
+	if (rc)
+		goto out_abort;
+	free(s);
+	return jnl_wtx_commit(&w);
+
+out_abort:
+	free(s);
+	jnl_wtx_abort(&w);
+	return rc;
+}
+
+/* --- setattr ------------------------------------------------------------------ */
+
+int jnl_setattr(struct jnl *j, jnl_id id, unsigned int set,
+		const struct jnl_node *attr)
+{
+	const unsigned int all = JNL_SET_MODE | JNL_SET_UID | JNL_SET_GID |
+				 JNL_SET_SIZE | JNL_SET_ATIME | JNL_SET_MTIME;
+	struct jnl_nrec *n;
+	struct jnl_pnode pn;
+	struct jnl_orec o;
+	struct jnl_wtx w;
+	struct nset *s;
+	uint64_t seq;
+	int rc;
+
+	if ((set & ~all) || !attr)
+		return -EINVAL;
+	if (!set)
+		return jnl_failed(j);
+	/* no mark may be in flight (commit_lock) and, for SIZE, no write
+	 * (rw exclusive) while the node's chunks and marks are edited */
+	pthread_mutex_lock(&j->commit_lock);
+	if (set & JNL_SET_SIZE)
+		pthread_rwlock_wrlock(&j->rw);
+	rc = jnl_wtx_begin(j, &w, true);
+	if (rc)
+		goto out_unlock;
+	s = nset_alloc(&w);
+	if (!s) {
+		rc = -ENOMEM;
+		goto out_abort;
+	}
+	rc = nset_get(s, id, &n);
+	if (rc)
+		goto out_abort;
+	if ((set & JNL_SET_SIZE) && !S_ISREG(n->r.mode)) {
+		rc = S_ISDIR(n->r.mode) ? -EISDIR : -EINVAL;
+		goto out_abort;
+	}
+	if (set & JNL_SET_MODE)
+		n->r.mode = (n->r.mode & S_IFMT) | (attr->mode & 07777);
+	if (set & JNL_SET_UID)
+		n->r.uid = (uint32_t)attr->uid;
+	if (set & JNL_SET_GID)
+		n->r.gid = (uint32_t)attr->gid;
+	touch(&n->r, false);
+	if (set & JNL_SET_SIZE) {
+		jnl_pend_node_get(j, id, &pn);
+		jnl_pnode_merge(&pn, &n->r);
+		if (attr->size != n->r.size)
+			touch(&n->r, true);
+		rc = jnl_chunks_truncate(&w, id, n, attr->size);
+		if (rc)
+			goto out_abort;
+		n->r.size = attr->size;
+		if (n->r.rvalid > attr->size)
+			n->r.rvalid = attr->size;
+		n->r.flags |= JNL_NODE_SIZE_SET;
+	}
+	if (set & JNL_SET_ATIME)
+		ts_set(&n->r.atime_sec, &n->r.atime_nsec, &attr->atime);
+	if (set & JNL_SET_MTIME)
+		ts_set(&n->r.mtime_sec, &n->r.mtime_nsec, &attr->mtime);
+	if (set & (JNL_SET_ATIME | JNL_SET_MTIME))
+		n->r.flags |= JNL_NODE_TIMES_SET;
+	rc = nset_write(s);
+	if (rc)
+		goto out_abort;
+	memset(&o, 0, sizeof(o));
+	o.r.type = JNL_OP_SETATTR;
+	o.r.id = id;
+	o.r.flags = set;
+	rc = jnl_op_append(&w, &o, &seq);
+	if (rc)
+		goto out_abort;
+	free(s);
+	rc = jnl_wtx_commit(&w);
+	if (!rc && (set & (JNL_SET_SIZE | JNL_SET_MTIME)))
+		rc = jnl_pend_setattr(j, id, set, attr->size);
+	goto out_unlock;
+
+out_abort:
+	free(s);
+	jnl_wtx_abort(&w);
+out_unlock:
+	if (set & JNL_SET_SIZE)
+		pthread_rwlock_unlock(&j->rw);
+	pthread_mutex_unlock(&j->commit_lock);
+	return rc;
+}

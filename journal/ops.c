@@ -1,0 +1,638 @@
+/*
+ * ops.c - the op log (journal.h "op log"): append, hand out in dependency
+ * order, acknowledge, fail; and remote paths of nodes.
+ *
+ * Dependency order (jnl_ops_ready). Each op has
+ *   subjects  the nodes whose identity or place it changes: the new node of
+ *             a create, the removed node, the moved node (and for a rename
+ *             the node at the target), the node of a link or setattr;
+ *   context   the directories whose paths it uses (parent, newparent);
+ *   dentries  the (parent, name) pairs it reads or writes;
+ *   paths     subjects and context plus all their ancestors, following both
+ *             the remote parent (rparent) and the merged one (mparent).
+ * An op B waits for an earlier unacknowledged op A (handed out or not) if
+ * A's subjects meet B's paths, B's subjects meet A's paths, or their
+ * dentries meet. So a directory's mkdir goes before anything in it, a
+ * rename of a directory waits for ops under it and the other way round,
+ * and a name is unlinked before it is created again; creates in the same
+ * directory go out together. Dentries are compared by a 64-bit hash: a
+ * collision only makes an op wait.
+ *
+ * One call examines at most JNL_OPS_WINDOW pending ops from the oldest,
+ * inside a write transaction that it aborts: it sees the latest commit and
+ * no namespace change can run between its decision and its record in
+ * j->handed (invariant 12 of journal.c; cancellation in node.c relies on
+ * it).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "journal_i.h"
+#include "log.h"
+
+/* --- u64 set ----------------------------------------------------------------- */
+
+static size_t u64_hash(uint64_t v)
+{
+	v ^= v >> 33;
+	v *= 0xff51afd7ed558ccdull;
+	v ^= v >> 33;
+	return (size_t)v;
+}
+
+bool jnl_u64set_has(const struct jnl_u64set *s, uint64_t v)
+{
+	if (!v)
+		return s->has_zero;
+	if (!s->cap)
+		return false;
+	for (size_t i = u64_hash(v) & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
+		if (s->v[i] == v)
+			return true;
+		if (!s->v[i])
+			return false;
+	}
+}
+
+static void set_insert(uint64_t *tab, size_t cap, uint64_t v)
+{
+	size_t i;
+
+	for (i = u64_hash(v) & (cap - 1); tab[i] && tab[i] != v;
+	     i = (i + 1) & (cap - 1))
+		;
+	tab[i] = v;
+}
+
+int jnl_u64set_add(struct jnl_u64set *s, uint64_t v)
+{
+	if (!v) {
+		s->has_zero = true;
+		return 0;
+	}
+	if (jnl_u64set_has(s, v))
+		return 0;
+	if ((s->used + 1) * 2 > s->cap) {
+		size_t cap = s->cap ? s->cap * 2 : 16;
+		uint64_t *tab = calloc(cap, sizeof(*tab));
+
+		if (!tab)
+			return -ENOMEM;
+		for (size_t i = 0; i < s->cap; i++)
+			if (s->v[i])
+				set_insert(tab, cap, s->v[i]);
+		free(s->v);
+		s->v = tab;
+		s->cap = cap;
+	}
+	set_insert(s->v, s->cap, v);
+	s->used++;
+	return 0;
+}
+
+void jnl_u64set_del(struct jnl_u64set *s, uint64_t v)
+{
+	size_t i, k;
+
+	if (!v) {
+		s->has_zero = false;
+		return;
+	}
+	if (!jnl_u64set_has(s, v))
+		return;
+	for (i = u64_hash(v) & (s->cap - 1); s->v[i] != v;
+	     i = (i + 1) & (s->cap - 1))
+		;
+	s->v[i] = 0;
+	s->used--;
+	/* re-place the rest of the cluster (linear probing deletion) */
+	for (k = (i + 1) & (s->cap - 1); s->v[k]; k = (k + 1) & (s->cap - 1)) {
+		uint64_t x = s->v[k];
+
+		s->v[k] = 0;
+		set_insert(s->v, s->cap, x);
+	}
+}
+
+void jnl_u64set_free(struct jnl_u64set *s)
+{
+	free(s->v);
+	memset(s, 0, sizeof(*s));
+}
+
+/* --- records -------------------------------------------------------------------- */
+
+int jnl_op_nodes(const struct jnl_op_rec *r, jnl_id out[4])
+{
+	jnl_id all[4] = { r->id, r->parent, r->newparent, r->id2 };
+	int n = 0;
+
+	for (int i = 0; i < 4; i++) {
+		bool dup = !all[i];
+
+		for (int k = 0; k < n && !dup; k++)
+			dup = out[k] == all[i];
+		if (!dup)
+			out[n++] = all[i];
+	}
+	return n;
+}
+
+int jnl_op_read(struct jnl *j, MDB_txn *txn, uint64_t seq, struct jnl_orec *o)
+{
+	unsigned char kb[8];
+	MDB_val k = { 8, kb }, v;
+	const char *p;
+	int rc;
+
+	jnl_be64_put(kb, seq);
+	rc = mdb_get(txn, j->db_ops, &k, &v);
+	if (rc)
+		return jnl_mdb(j, rc);
+	if (v.mv_size < sizeof(o->r))
+		goto bad;
+	memcpy(&o->r, v.mv_data, sizeof(o->r));
+	if (o->r.version != JNL_OP_REC_VERSION || o->r.name_len > NAME_MAX ||
+	    o->r.newname_len > NAME_MAX ||
+	    v.mv_size != sizeof(o->r) + o->r.name_len + o->r.newname_len)
+		goto bad;
+	p = (const char *)v.mv_data + sizeof(o->r);
+	memcpy(o->name, p, o->r.name_len);
+	o->name[o->r.name_len] = 0;
+	memcpy(o->newname, p + o->r.name_len, o->r.newname_len);
+	o->newname[o->r.newname_len] = 0;
+	o->seq = seq;
+	return 0;
+bad:
+	LOG_ERR("journal '%s': bad record of op %" PRIu64, j->dir, seq);
+	return jnl_fail(j, -EIO);
+}
+
+static int nops_add(struct jnl_wtx *w, const struct jnl_op_rec *r, int delta)
+{
+	struct jnl_nrec *n = malloc(sizeof(*n));
+	jnl_id ids[4];
+	int count = jnl_op_nodes(r, ids), rc = 0;
+
+	if (!n)
+		return -ENOMEM;
+	for (int i = 0; i < count && !rc; i++) {
+		rc = jnl_node_read(w->j, w->txn, ids[i], n);
+		if (rc)
+			break;
+		n->r.nops += (uint64_t)(int64_t)delta;
+		rc = jnl_node_write(w->j, w->txn, ids[i], n);
+	}
+	free(n);
+	return rc;
+}
+
+int jnl_op_append(struct jnl_wtx *w, const struct jnl_orec *o, uint64_t *seq)
+{
+	unsigned char kb[8], buf[sizeof(o->r) + 2 * NAME_MAX];
+	struct jnl_op_rec r = o->r;
+	MDB_val k = { 8, kb }, v = { 0, buf };
+	int rc;
+
+	r.version = JNL_OP_REC_VERSION;
+	r.name_len = (uint16_t)strlen(o->name);
+	r.newname_len = (uint16_t)strlen(o->newname);
+	memcpy(buf, &r, sizeof(r));
+	memcpy(buf + sizeof(r), o->name, r.name_len);
+	memcpy(buf + sizeof(r) + r.name_len, o->newname, r.newname_len);
+	v.mv_size = sizeof(r) + r.name_len + r.newname_len;
+	*seq = w->m.next_seq++;
+	w->m.pending_ops++;
+	w->m_dirty = true;
+	jnl_be64_put(kb, *seq);
+	rc = jnl_mdb(w->j, mdb_put(w->txn, w->j->db_ops, &k, &v,
+				   MDB_NOOVERWRITE));
+	return rc ? rc : nops_add(w, &r, 1);
+}
+
+int jnl_op_delete(struct jnl_wtx *w, const struct jnl_orec *o)
+{
+	unsigned char kb[8];
+	MDB_val k = { 8, kb };
+	int rc;
+
+	jnl_be64_put(kb, o->seq);
+	rc = jnl_mdb(w->j, mdb_del(w->txn, w->j->db_ops, &k, NULL));
+	if (rc)
+		return rc;
+	w->m.pending_ops--;
+	w->m_dirty = true;
+	return nops_add(w, &o->r, -1);
+}
+
+/* --- ready ------------------------------------------------------------------------ */
+
+struct scan {
+	struct jnl_wtx *w;
+	struct jnl_u64set subj, paths, dents; /* of the earlier ops */
+	struct jnl_nrec *n;
+};
+
+static uint64_t dent_hash(jnl_id parent, const char *name)
+{
+	uint64_t h = 0xcbf29ce484222325ull ^ parent;
+
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+		h = (h ^ *p) * 0x100000001b3ull;
+	return h ^ (h >> 31) ^ parent * 0x9e3779b97f4a7c15ull;
+}
+
+/* Add @id and its ancestors (remote and merged) to @out. */
+static int add_paths(struct scan *sc, jnl_id id, struct jnl_u64set *out)
+{
+	jnl_id stack[64];
+	int top = 0, rc = 0, steps = 0;
+
+	stack[top++] = id;
+	while (top && !rc) {
+		jnl_id x = stack[--top];
+
+		if (!x || jnl_u64set_has(out, x))
+			continue;
+		rc = jnl_u64set_add(out, x);
+		if (rc || x == JNL_ROOT)
+			break;
+		if (++steps > 65536)
+			return jnl_fail(sc->w->j, -EIO); /* a cycle */
+		rc = jnl_node_read(sc->w->j, sc->w->txn, x, sc->n);
+		if (rc == -ENOENT) {
+			rc = 0;
+			continue;
+		}
+		if (top + 2 > (int)(sizeof(stack) / sizeof(stack[0])))
+			return -ENOMEM;
+		stack[top++] = sc->n->r.rparent;
+		if (sc->n->r.mparent != sc->n->r.rparent)
+			stack[top++] = sc->n->r.mparent;
+	}
+	return rc;
+}
+
+static int op_subjects(const struct jnl_op_rec *r, jnl_id out[2])
+{
+	int n = 0;
+
+	out[n++] = r->id;
+	if (r->type == JNL_OP_RENAME && r->id2)
+		out[n++] = r->id2;
+	return n;
+}
+
+static bool has_any(const struct jnl_u64set *s, const struct jnl_u64set *t)
+{
+	const struct jnl_u64set *small = s->used < t->used ? s : t;
+	const struct jnl_u64set *big = small == s ? t : s;
+
+	for (size_t i = 0; i < small->cap; i++)
+		if (small->v[i] && jnl_u64set_has(big, small->v[i]))
+			return true;
+	return false;
+}
+
+/* Decide op @o against the earlier ops, then add it to them. */
+static int scan_op(struct scan *sc, const struct jnl_orec *o, bool *ready)
+{
+	struct jnl_u64set paths = { 0 };
+	jnl_id subj[2], ctx[2] = { o->r.parent, o->r.newparent };
+	uint64_t dents[2];
+	int ns = op_subjects(&o->r, subj), nd = 0, rc = 0;
+	bool conflict = false;
+
+	if (o->r.name_len)
+		dents[nd++] = dent_hash(o->r.parent, o->name);
+	if (o->r.newname_len)
+		dents[nd++] = dent_hash(o->r.newparent, o->newname);
+	for (int i = 0; i < ns && !rc; i++)
+		rc = add_paths(sc, subj[i], &paths);
+	for (int i = 0; i < 2 && !rc; i++)
+		if (ctx[i])
+			rc = add_paths(sc, ctx[i], &paths);
+	if (rc)
+		goto out;
+	for (int i = 0; i < ns && !conflict; i++)
+		conflict = jnl_u64set_has(&sc->paths, subj[i]);
+	for (int i = 0; i < nd && !conflict; i++)
+		conflict = jnl_u64set_has(&sc->dents, dents[i]);
+	if (!conflict)
+		conflict = has_any(&paths, &sc->subj);
+	*ready = !conflict;
+
+	for (int i = 0; i < ns && !rc; i++)
+		rc = jnl_u64set_add(&sc->subj, subj[i]);
+	for (int i = 0; i < nd && !rc; i++)
+		rc = jnl_u64set_add(&sc->dents, dents[i]);
+	for (size_t i = 0; i < paths.cap && !rc; i++)
+		if (paths.v[i])
+			rc = jnl_u64set_add(&sc->paths, paths.v[i]);
+out:
+	jnl_u64set_free(&paths);
+	return rc;
+}
+
+static void to_public(const struct jnl_orec *o, struct jnl_op *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->seq = o->seq;
+	out->type = (enum jnl_op_type)o->r.type;
+	out->id = o->r.id;
+	out->parent = o->r.parent;
+	out->newparent = o->r.newparent;
+	memcpy(out->name, o->name, sizeof(out->name));
+	memcpy(out->newname, o->newname, sizeof(out->newname));
+	out->flags = o->r.flags;
+}
+
+int jnl_ops_ready(struct jnl *j, struct jnl_op *out, int max)
+{
+	struct scan sc = { 0 };
+	struct jnl_orec o;
+	struct jnl_wtx w;
+	MDB_cursor *c;
+	MDB_val k, v;
+	int rc, count = 0, seen = 0;
+
+	if (max <= 0)
+		return max < 0 ? -EINVAL : 0;
+	sc.n = malloc(sizeof(*sc.n));
+	if (!sc.n)
+		return -ENOMEM;
+	rc = jnl_wtx_begin(j, &w, false); /* read only: aborted below */
+	if (rc)
+		goto out_free;
+	sc.w = &w;
+	rc = mdb_cursor_open(w.txn, j->db_ops, &c);
+	if (rc) {
+		rc = jnl_mdb(j, rc);
+		goto out_abort;
+	}
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST);
+	     !rc && count < max && seen < JNL_OPS_WINDOW;
+	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT), seen++) {
+		bool ready, handed;
+
+		if (k.mv_size != 8) {
+			rc = MDB_CORRUPTED;
+			break;
+		}
+		rc = jnl_op_read(j, w.txn, jnl_be64_get(k.mv_data), &o);
+		if (!rc)
+			rc = scan_op(&sc, &o, &ready);
+		if (rc)
+			break;
+		pthread_mutex_lock(&j->lock);
+		handed = jnl_u64set_has(&j->handed, o.seq);
+		if (ready && !handed) {
+			rc = jnl_u64set_add(&j->handed, o.seq);
+			if (!rc)
+				to_public(&o, &out[count++]);
+		}
+		pthread_mutex_unlock(&j->lock);
+	}
+	mdb_cursor_close(c);
+	if (rc == MDB_NOTFOUND)
+		rc = 0;
+	else if (rc > 0 || rc < -4096)
+		rc = jnl_mdb(j, rc);
+	if (rc) { /* hand out nothing: forget what this call took */
+		pthread_mutex_lock(&j->lock);
+		for (int i = 0; i < count; i++)
+			jnl_u64set_del(&j->handed, out[i].seq);
+		pthread_mutex_unlock(&j->lock);
+	}
+out_abort:
+	jnl_wtx_abort(&w);
+out_free:
+	jnl_u64set_free(&sc.subj);
+	jnl_u64set_free(&sc.paths);
+	jnl_u64set_free(&sc.dents);
+	free(sc.n);
+	return rc ? rc : count;
+}
+
+/* --- ack and fail --------------------------------------------------------------- */
+
+/* Does node @n sit at (parent, name) on the remote? */
+static bool at(const struct jnl_nrec *n, jnl_id parent, const char *name)
+{
+	return n->r.rparent == parent && !strcmp(n->rname, name);
+}
+
+static void place(struct jnl_nrec *n, jnl_id parent, const char *name)
+{
+	n->r.rparent = parent;
+	snprintf(n->rname, sizeof(n->rname), "%s", parent ? name : "");
+}
+
+/* Drop the whiteout at (parent, name) if op @seq made it. */
+static int whiteout_done(struct jnl_wtx *w, jnl_id parent, const char *name,
+			 uint64_t seq)
+{
+	struct jnl_dval d;
+	int rc = jnl_dentry_get(w->j, w->txn, parent, name, &d);
+
+	if (rc == -ENOENT)
+		return 0;
+	if (rc || d.id || d.wseq != seq)
+		return rc;
+	return jnl_dentry_del(w->j, w->txn, parent, name);
+}
+
+static int ack_effects(struct jnl_wtx *w, const struct jnl_orec *o,
+		       struct jnl_nrec *a, struct jnl_nrec *b)
+{
+	const struct jnl_op_rec *r = &o->r;
+	int rc;
+
+	switch ((enum jnl_op_type)r->type) {
+	case JNL_OP_MKDIR:
+	case JNL_OP_CREATE:
+	case JNL_OP_SYMLINK:
+		rc = jnl_node_read(w->j, w->txn, r->id, a);
+		if (rc)
+			return rc;
+		place(a, r->parent, o->name);
+		if (a->r.create_seq == o->seq) {
+			bool was = jnl_node_claimable(&a->r);
+
+			a->r.create_seq = 0;
+			a->r.flags &= ~(uint32_t)JNL_NODE_LOCAL;
+			if (!was && jnl_node_claimable(&a->r)) {
+				rc = jnl_chunks_enqueue(w, r->id, a, true);
+				if (rc)
+					return rc;
+			}
+		}
+		return jnl_node_write(w->j, w->txn, r->id, a);
+	case JNL_OP_UNLINK:
+	case JNL_OP_RMDIR:
+		rc = jnl_node_read(w->j, w->txn, r->id, a);
+		if (!rc && at(a, r->parent, o->name)) {
+			place(a, 0, "");
+			rc = jnl_node_write(w->j, w->txn, r->id, a);
+		}
+		return rc ? rc : whiteout_done(w, r->parent, o->name, o->seq);
+	case JNL_OP_RENAME:
+		rc = jnl_node_read(w->j, w->txn, r->id, a);
+		if (!rc && r->id2)
+			rc = jnl_node_read(w->j, w->txn, r->id2, b);
+		if (rc)
+			return rc;
+		if (r->id2 && at(b, r->newparent, o->newname)) {
+			if (r->flags & RENAME_EXCHANGE)
+				place(b, r->parent, o->name);
+			else
+				place(b, 0, "");
+		}
+		if (at(a, r->parent, o->name))
+			place(a, r->newparent, o->newname);
+		rc = jnl_node_write(w->j, w->txn, r->id, a);
+		if (!rc && r->id2)
+			rc = jnl_node_write(w->j, w->txn, r->id2, b);
+		if (!rc && !(r->flags & RENAME_EXCHANGE))
+			rc = whiteout_done(w, r->parent, o->name, o->seq);
+		return rc;
+	case JNL_OP_LINK:
+	case JNL_OP_SETATTR:
+	case JNL_OP_FINISH:
+		return 0;
+	}
+	return jnl_fail(w->j, -EIO);
+}
+
+static int op_end(struct jnl *j, uint64_t seq, bool ack, bool fatal)
+{
+	struct jnl_nrec *a = malloc(2 * sizeof(*a));
+	struct jnl_orec o;
+	struct jnl_wtx w;
+	int rc;
+
+	if (!a)
+		return -ENOMEM;
+	rc = jnl_wtx_begin(j, &w, false);
+	if (rc)
+		goto out_free;
+	rc = jnl_op_read(j, w.txn, seq, &o);
+	if (rc)
+		goto out_abort;
+	pthread_mutex_lock(&j->lock);
+	if (!jnl_u64set_has(&j->handed, seq))
+		rc = -EINVAL; /* not handed out by jnl_ops_ready() */
+	pthread_mutex_unlock(&j->lock);
+	if (rc)
+		goto out_abort;
+	if (!ack && !fatal) {
+		jnl_wtx_abort(&w);
+		goto out_unhand;
+	}
+	if (ack) {
+		rc = ack_effects(&w, &o, &a[0], &a[1]);
+	} else {
+		rc = jnl_node_read(j, w.txn, o.r.id, &a[0]);
+		if (!rc) {
+			a[0].r.flags |= JNL_NODE_ERROR;
+			if (a[0].r.create_seq == seq)
+				a[0].r.create_seq = 0;
+			rc = jnl_node_write(j, w.txn, o.r.id, &a[0]);
+		}
+	}
+	if (!rc)
+		rc = jnl_op_delete(&w, &o);
+	if (rc)
+		goto out_abort;
+	rc = jnl_wtx_commit(&w);
+	if (rc)
+		goto out_free;
+out_unhand:
+	pthread_mutex_lock(&j->lock);
+	jnl_u64set_del(&j->handed, seq);
+	pthread_mutex_unlock(&j->lock);
+	goto out_free;
+
+out_abort:
+	jnl_wtx_abort(&w);
+out_free:
+	free(a);
+	return rc;
+}
+
+int jnl_op_ack(struct jnl *j, uint64_t seq)
+{
+	return op_end(j, seq, true, false);
+}
+
+int jnl_op_fail(struct jnl *j, uint64_t seq, bool fatal)
+{
+	if (!fatal) {
+		int rc = jnl_failed(j);
+		bool had;
+
+		if (rc)
+			return rc;
+		pthread_mutex_lock(&j->lock);
+		had = jnl_u64set_has(&j->handed, seq);
+		jnl_u64set_del(&j->handed, seq);
+		pthread_mutex_unlock(&j->lock);
+		return had ? 0 : -EINVAL;
+	}
+	return op_end(j, seq, false, true);
+}
+
+/* --- remote paths ---------------------------------------------------------------- */
+
+int jnl_node_rpath(struct jnl *j, jnl_id id, char *buf, size_t size)
+{
+	struct jnl_nrec *n = malloc(sizeof(*n));
+	size_t pos;
+	MDB_txn *txn;
+	int rc, depth = 0;
+
+	if (!n)
+		return -ENOMEM;
+	if (!size) {
+		free(n);
+		return -ENAMETOOLONG;
+	}
+	rc = jnl_rtx_begin(j, &txn);
+	if (rc)
+		goto out_free;
+	/* build from the end of buf towards its start */
+	pos = size - 1;
+	buf[pos] = 0;
+	while (id != JNL_ROOT) {
+		size_t len;
+
+		rc = jnl_node_read(j, txn, id, n);
+		if (rc)
+			break;
+		if (!n->r.rparent) {
+			rc = -ENOENT; /* not on the remote (yet, or any more) */
+			break;
+		}
+		len = strlen(n->rname);
+		if (len + (pos < size - 1 ? 1 : 0) > pos) {
+			rc = -ENAMETOOLONG;
+			break;
+		}
+		if (pos < size - 1)
+			buf[--pos] = '/';
+		pos -= len;
+		memcpy(buf + pos, n->rname, len);
+		id = n->r.rparent;
+		if (++depth > 4096) {
+			rc = jnl_fail(j, -EIO); /* a cycle */
+			break;
+		}
+	}
+	mdb_txn_abort(txn);
+	if (!rc)
+		memmove(buf, buf + pos, size - pos);
+out_free:
+	free(n);
+	return rc;
+}

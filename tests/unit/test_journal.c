@@ -1,0 +1,1725 @@
+/*
+ * test_journal.c - unit tests of journal/: open and identity, the merged
+ * namespace, data and the chunk state machine, group commit and crash
+ * recovery, the op log's dependency order.
+ *
+ * Each case gets a fresh mkdtemp() dir <tmp> with the journal in <tmp>/j,
+ * opened with JNL_CREATE, a 64 KiB chunk size (CS) and the remote id RID.
+ * jnl_assert_sane() (journal_i.h) checks every invariant of journal.c after
+ * each mutation. "Crashes" are forked children that _exit() without
+ * jnl_close(): what they committed must be there, nothing else.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "journal.h"
+#include "journal_i.h"
+
+#define assert_rc_ok(expr)                                              \
+	do {                                                            \
+		long long rc_ = (long long)(expr);                      \
+		if (rc_ < 0)                                            \
+			fail_msg("%s: %s", #expr, strerror((int)-rc_)); \
+	} while (0)
+
+#define assert_rc_err(expr, err)                                              \
+	do {                                                                  \
+		long long rc_ = (long long)(expr);                            \
+		if (rc_ != -(long long)(err))                                 \
+			fail_msg("%s: want -%s, got %lld (%s)", #expr,        \
+				 strerrorname_np(err), rc_,                   \
+				 rc_ < 0 ? strerror((int)-rc_) : "no error"); \
+	} while (0)
+
+#define CS (64u << 10) /* chunk size of the test journals */
+#define RID "path:/srv/share"
+
+struct fx {
+	char tmp[256]; /* mkdtemp(); removed by teardown */
+	char dir[272]; /* <tmp>/j, the journal */
+	struct jnl_config cfg;
+	struct jnl *j;
+};
+
+/* --- helpers ------------------------------------------------------------ */
+
+static int rm_one(const char *path, const struct stat *st, int type,
+		  struct FTW *ftw)
+{
+	(void)st;
+	(void)ftw;
+	return type == FTW_DP ? rmdir(path) : unlink(path);
+}
+
+static void reopen(struct fx *fx)
+{
+	jnl_close(fx->j);
+	fx->j = NULL;
+	assert_rc_ok(jnl_open(fx->dir, &fx->cfg, 0, &fx->j));
+	jnl_assert_sane(fx->j);
+}
+
+static struct jnl_node attr(mode_t mode)
+{
+	struct jnl_node a;
+
+	memset(&a, 0, sizeof(a));
+	a.mode = mode;
+	a.uid = 1000;
+	a.gid = 100;
+	return a;
+}
+
+static jnl_id mk_file(struct jnl *j, jnl_id parent, const char *name)
+{
+	struct jnl_node a = attr(S_IFREG | 0644);
+	jnl_id id;
+
+	assert_rc_ok(jnl_create(j, parent, name, &a, &id));
+	jnl_assert_sane(j);
+	return id;
+}
+
+static jnl_id mk_dir(struct jnl *j, jnl_id parent, const char *name)
+{
+	struct jnl_node a = attr(0755);
+	jnl_id id;
+
+	assert_rc_ok(jnl_mkdir(j, parent, name, &a, &id));
+	jnl_assert_sane(j);
+	return id;
+}
+
+static jnl_id import_n(struct jnl *j, jnl_id parent, const char *name,
+		       mode_t mode, uint64_t ino, off_t size, nlink_t nlink)
+{
+	struct stat st;
+	jnl_id id;
+
+	memset(&st, 0, sizeof(st));
+	st.st_dev = 42;
+	st.st_ino = ino;
+	st.st_mode = mode;
+	st.st_nlink = nlink;
+	st.st_size = size;
+	st.st_mtim.tv_sec = 1000000000;
+	assert_rc_ok(jnl_node_import(j, parent, name, &st, &id));
+	jnl_assert_sane(j);
+	return id;
+}
+
+static jnl_id import(struct jnl *j, jnl_id parent, const char *name,
+		     mode_t mode, uint64_t ino, off_t size)
+{
+	return import_n(j, parent, name, mode, ino, size, S_ISDIR(mode) ? 2 : 1);
+}
+
+static void pattern(unsigned char *buf, size_t len, unsigned int seed)
+{
+	for (size_t i = 0; i < len; i++)
+		buf[i] = (unsigned char)(seed * 131 + i * 7 + (i >> 8));
+}
+
+static void write_pattern(struct jnl *j, jnl_id id, off_t off, size_t len,
+			  unsigned int seed)
+{
+	unsigned char *buf = malloc(len);
+
+	assert_non_null(buf);
+	pattern(buf, len, seed);
+	assert_int_equal(jnl_write(j, id, buf, len, off), len);
+	free(buf);
+}
+
+static struct jnl_stats stats(struct jnl *j)
+{
+	struct jnl_stats s;
+
+	assert_rc_ok(jnl_sync(j));
+	assert_rc_ok(jnl_stats(j, &s));
+	return s;
+}
+
+static uint64_t nops(struct jnl *j)
+{
+	return stats(j).pending_ops;
+}
+
+/* Hand out everything ready and ack it, until nothing is pending. */
+static void ack_everything(struct jnl *j)
+{
+	struct jnl_op ops[64];
+	int n;
+
+	while ((n = jnl_ops_ready(j, ops, 64)) > 0)
+		for (int i = 0; i < n; i++)
+			assert_rc_ok(jnl_op_ack(j, ops[i].seq));
+	assert_rc_ok(n);
+	assert_int_equal(nops(j), 0);
+	jnl_assert_sane(j);
+}
+
+static const struct jnl_op *find_op(const struct jnl_op *ops, int n,
+				    enum jnl_op_type type, jnl_id id)
+{
+	for (int i = 0; i < n; i++)
+		if (ops[i].type == type && ops[i].id == id)
+			return &ops[i];
+	return NULL;
+}
+
+static void assert_rpath(struct jnl *j, jnl_id id, const char *want)
+{
+	char buf[PATH_MAX];
+
+	assert_rc_ok(jnl_node_rpath(j, id, buf, sizeof(buf)));
+	assert_string_equal(buf, want);
+}
+
+static uint64_t node_size(struct jnl *j, jnl_id id)
+{
+	struct jnl_node n;
+
+	assert_rc_ok(jnl_node_get(j, id, &n));
+	return n.size;
+}
+
+/* State of chunk (id, idx) in LMDB, 0 if it has no record. */
+static int chunk_state(struct jnl *j, jnl_id id, uint64_t idx,
+		       struct jnl_chunk_rec *out)
+{
+	struct jnl_chunk_rec c;
+	MDB_txn *txn;
+	int rc;
+
+	assert_rc_ok(jnl_rtx_begin(j, &txn));
+	rc = jnl_chunk_get(j, txn, id, idx, &c);
+	mdb_txn_abort(txn);
+	if (rc == -ENOENT)
+		return 0;
+	assert_rc_ok(rc);
+	if (out)
+		*out = c;
+	return c.state;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static size_t last_txnid(struct jnl *j)
+{
+	MDB_envinfo info;
+
+	assert_int_equal(mdb_env_info(j->env, &info), 0);
+	return info.me_last_txnid;
+}
+
+/* --- fixtures ------------------------------------------------------------ */
+
+static int setup(void **state)
+{
+	struct fx *fx = calloc(1, sizeof(*fx));
+	const char *t = getenv("TMPDIR");
+
+	assert_non_null(fx);
+	if (!t || !*t || strlen(t) > 200)
+		t = "/tmp";
+	snprintf(fx->tmp, sizeof(fx->tmp), "%s/ferryfs-test-journal-XXXXXX", t);
+	assert_non_null(mkdtemp(fx->tmp));
+	snprintf(fx->dir, sizeof(fx->dir), "%s/j", fx->tmp);
+	fx->cfg.chunk_size = CS;
+	fx->cfg.remote_id = RID;
+	jnl_test_map_size = 0;
+	jnl_test_commit_ms = 0;
+	jnl_test_env_flags = 0;
+	assert_rc_ok(jnl_open(fx->dir, &fx->cfg, JNL_CREATE, &fx->j));
+	jnl_assert_sane(fx->j);
+	*state = fx;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *fx = *state;
+
+	if (fx->j)
+		jnl_assert_sane(fx->j);
+	jnl_close(fx->j);
+	jnl_test_map_size = 0;
+	jnl_test_commit_ms = 0;
+	jnl_test_env_flags = 0;
+	nftw(fx->tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	free(fx);
+	return 0;
+}
+
+/* --- open, identity, errors ------------------------------------------------ */
+
+static void test_journal__create_then_reopen(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_node root;
+	struct jnl_config other = fx->cfg;
+	jnl_id id;
+	bool wh;
+
+	assert_int_equal(jnl_chunk_size(fx->j), CS);
+	assert_rc_ok(jnl_node_get(fx->j, JNL_ROOT, &root));
+	assert_true(S_ISDIR(root.mode));
+	assert_false(root.flags & JNL_NODE_LOCAL);
+	assert_rpath(fx->j, JNL_ROOT, "");
+	mk_dir(fx->j, JNL_ROOT, "kept");
+	reopen(fx);
+	assert_rc_ok(jnl_lookup(fx->j, JNL_ROOT, "kept", &id, &wh));
+	assert_int_equal(id, JNL_ROOT + 1);
+	/* the stored chunk size wins over the configured one */
+	jnl_close(fx->j);
+	other.chunk_size = 1u << 20;
+	assert_rc_ok(jnl_open(fx->dir, &other, JNL_CREATE, &fx->j));
+	assert_int_equal(jnl_chunk_size(fx->j), CS);
+}
+
+static void test_journal__missing_journal_is_enoent(void **state)
+{
+	struct fx *fx = *state;
+	char path[PATH_MAX + 16];
+	struct jnl *j = (struct jnl *)1;
+
+	snprintf(path, sizeof(path), "%s/none", fx->tmp);
+	assert_rc_err(jnl_open(path, &fx->cfg, 0, &j), ENOENT);
+	assert_null(j);
+	assert_non_null(strstr(jnl_errmsg(), "none"));
+	assert_int_equal(mkdir(path, 0700), 0);
+	assert_rc_err(jnl_open(path, &fx->cfg, 0, &j), ENOENT);
+	assert_non_null(strstr(jnl_errmsg(), "no journal"));
+}
+
+static void test_journal__create_refuses_foreign_dir(void **state)
+{
+	struct fx *fx = *state;
+	char path[PATH_MAX + 16], file[PATH_MAX + 32];
+	struct jnl *j;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/home", fx->tmp);
+	snprintf(file, sizeof(file), "%s/notes.txt", path);
+	assert_int_equal(mkdir(path, 0700), 0);
+	fd = open(file, O_WRONLY | O_CREAT, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_rc_err(jnl_open(path, &fx->cfg, JNL_CREATE, &j), ENOTEMPTY);
+	assert_int_equal(access(file, F_OK), 0);
+}
+
+static void test_journal__bad_config_is_einval(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_config c = fx->cfg;
+	struct jnl *j;
+
+	c.chunk_size = 100000;
+	assert_rc_err(jnl_open(fx->dir, &c, 0, &j), EINVAL);
+	c.chunk_size = 1u << 12;
+	assert_rc_err(jnl_open(fx->dir, &c, 0, &j), EINVAL);
+	c = fx->cfg;
+	c.remote_id = "";
+	assert_rc_err(jnl_open(fx->dir, &c, 0, &j), EINVAL);
+}
+
+static void test_journal__other_remote_is_exdev(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_config other = fx->cfg;
+	struct jnl *j = NULL;
+
+	jnl_close(fx->j);
+	fx->j = NULL;
+	other.remote_id = "nfs://nas/other";
+	assert_rc_err(jnl_open(fx->dir, &other, JNL_CREATE, &j), EXDEV);
+	assert_null(j);
+	assert_non_null(strstr(jnl_errmsg(), RID));
+	assert_non_null(strstr(jnl_errmsg(), "nfs://nas/other"));
+	assert_null(strchr(jnl_errmsg(), '\n'));
+	reopen(fx);
+}
+
+static void test_journal__second_opener_is_ebusy(void **state)
+{
+	struct fx *fx = *state;
+	pid_t pid = fork();
+	int status;
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct jnl *j;
+		int rc;
+
+		/* the child's own open file description: flock conflicts */
+		rc = jnl_open(fx->dir, &fx->cfg, 0, &j);
+		_exit(rc == -EBUSY ? 0 : 1);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+static void write_file(const char *path, const void *data, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, data, len), len);
+	assert_int_equal(close(fd), 0);
+}
+
+static void test_journal__garbage_lmdb_is_eproto(void **state)
+{
+	struct fx *fx = *state;
+	char path[PATH_MAX + 32];
+	unsigned char *junk = malloc(256 << 10);
+	struct jnl *j = NULL;
+
+	assert_non_null(junk);
+	jnl_close(fx->j);
+	fx->j = NULL;
+	snprintf(path, sizeof(path), "%s/meta.mdb/data.mdb", fx->dir);
+
+	pattern(junk, 256 << 10, 7); /* a full-size file of noise */
+	write_file(path, junk, 256 << 10);
+	assert_rc_err(jnl_open(fx->dir, &fx->cfg, JNL_CREATE, &j), EPROTO);
+	assert_null(j);
+	assert_non_null(strstr(jnl_errmsg(), "corrupted"));
+
+	write_file(path, "this is not lmdb\n", 17); /* a short one */
+	assert_rc_err(jnl_open(fx->dir, &fx->cfg, 0, &j), EPROTO);
+
+	/* meta.mdb itself a file */
+	snprintf(path, sizeof(path), "%s/meta.mdb/data.mdb", fx->dir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/meta.mdb/lock.mdb", fx->dir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/meta.mdb", fx->dir);
+	assert_int_equal(rmdir(path), 0);
+	write_file(path, junk, 4096);
+	assert_rc_err(jnl_open(fx->dir, &fx->cfg, JNL_CREATE, &j), EPROTO);
+	assert_non_null(strstr(jnl_errmsg(), "meta.mdb"));
+	free(junk);
+}
+
+/* Rewrite the meta record of a closed journal with @edit applied. */
+static void edit_meta(struct fx *fx, void (*edit)(struct jnl_meta_rec *))
+{
+	char path[PATH_MAX + 16];
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	MDB_val k = { 4, "meta" }, v;
+	struct jnl_meta_rec m;
+
+	snprintf(path, sizeof(path), "%s/meta.mdb", fx->dir);
+	assert_int_equal(mdb_env_create(&env), 0);
+	assert_int_equal(mdb_env_set_maxdbs(env, 16), 0);
+	assert_int_equal(mdb_env_open(env, path, 0, 0600), 0);
+	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	assert_int_equal(mdb_dbi_open(txn, "meta", 0, &dbi), 0);
+	assert_int_equal(mdb_get(txn, dbi, &k, &v), 0);
+	memcpy(&m, v.mv_data, sizeof(m));
+	edit(&m);
+	v.mv_size = sizeof(m);
+	v.mv_data = &m;
+	assert_int_equal(mdb_put(txn, dbi, &k, &v, 0), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	mdb_env_close(env);
+}
+
+static void format_2(struct jnl_meta_rec *m)
+{
+	m->format = 2;
+}
+
+static void swap_magic(struct jnl_meta_rec *m)
+{
+	m->magic = __builtin_bswap32(m->magic);
+}
+
+static void test_journal__foreign_format_is_eproto(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl *j;
+
+	jnl_close(fx->j);
+	fx->j = NULL;
+	edit_meta(fx, format_2);
+	assert_rc_err(jnl_open(fx->dir, &fx->cfg, 0, &j), EPROTO);
+	assert_non_null(strstr(jnl_errmsg(), "format 2"));
+	edit_meta(fx, swap_magic);
+	assert_rc_err(jnl_open(fx->dir, &fx->cfg, 0, &j), EPROTO);
+}
+
+static void test_journal__map_full_is_enospc(void **state)
+{
+	struct fx *fx = *state;
+	char name[64];
+	int i, rc = 0;
+	jnl_id id;
+	bool wh;
+
+	jnl_close(fx->j);
+	fx->j = NULL;
+	nftw(fx->dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	jnl_test_map_size = 512 << 10; /* 128 pages, 32 kept in reserve */
+	assert_rc_ok(jnl_open(fx->dir, &fx->cfg, JNL_CREATE, &fx->j));
+	for (i = 0; i < 100000; i++) {
+		struct jnl_node a = attr(S_IFREG | 0600);
+
+		snprintf(name, sizeof(name), "file-with-a-long-name-%06d", i);
+		rc = jnl_create(fx->j, JNL_ROOT, name, &a, &id);
+		if (rc)
+			break;
+	}
+	assert_rc_err(rc, ENOSPC);
+	assert_true(i > 10);
+	/* the failing call changed nothing; the journal is not FAILED */
+	assert_rc_err(jnl_lookup(fx->j, JNL_ROOT, name, &id, &wh), ENOENT);
+	assert_false(wh);
+	snprintf(name, sizeof(name), "file-with-a-long-name-%06d", i - 1);
+	assert_rc_ok(jnl_lookup(fx->j, JNL_ROOT, name, &id, &wh));
+	assert_int_equal(nops(fx->j), (uint64_t)i);
+	jnl_assert_sane(fx->j);
+	/* the reserve lets the flusher drain it: acking frees room again */
+	ack_everything(fx->j);
+	assert_rc_ok(jnl_create(fx->j, JNL_ROOT, "after",
+				&(struct jnl_node){ .mode = 0600 }, &id));
+}
+
+static void test_journal__lmdb_errors_map_to_errno(void **state)
+{
+	(void)state;
+	assert_int_equal(jnl_err_from_mdb(MDB_SUCCESS), 0);
+	assert_rc_err(jnl_err_from_mdb(MDB_NOTFOUND), ENOENT);
+	assert_rc_err(jnl_err_from_mdb(MDB_MAP_FULL), ENOSPC);
+	assert_rc_err(jnl_err_from_mdb(MDB_TXN_FULL), ENOSPC);
+	assert_rc_err(jnl_err_from_mdb(EACCES), EACCES);
+	assert_rc_err(jnl_err_from_mdb(MDB_CORRUPTED), EIO);
+	assert_rc_err(jnl_err_from_mdb(MDB_PANIC), EIO);
+}
+
+static void test_journal__max_bytes_is_enospc(void **state)
+{
+	struct fx *fx = *state;
+	static unsigned char x[CS];
+	jnl_id f;
+
+	jnl_close(fx->j);
+	fx->cfg.max_bytes = 3 * CS;
+	assert_rc_ok(jnl_open(fx->dir, &fx->cfg, 0, &fx->j));
+	f = mk_file(fx->j, JNL_ROOT, "f");
+	write_pattern(fx->j, f, 0, 2 * CS, 1);
+	write_pattern(fx->j, f, 2 * CS, CS / 2, 2);
+	assert_rc_err(jnl_write(fx->j, f, x, CS, 2 * CS + CS / 2), ENOSPC);
+	assert_rc_err(jnl_write(fx->j, f, x, CS, 5 * CS), ENOSPC);
+	/* rewriting what is held adds nothing */
+	write_pattern(fx->j, f, 0, CS, 3);
+	write_pattern(fx->j, f, 2 * CS, CS / 2, 4);
+	assert_int_equal(stats(fx->j).staging_bytes, 2 * CS + CS / 2);
+	write_pattern(fx->j, f, 2 * CS + CS / 2, CS / 2, 5);
+	assert_rc_err(jnl_write(fx->j, f, x, 1, 3 * CS), ENOSPC);
+	/* truncation gives the room back */
+	assert_rc_ok(jnl_setattr(fx->j, f, JNL_SET_SIZE,
+				 &(struct jnl_node){ .size = CS }));
+	write_pattern(fx->j, f, CS, 2 * CS, 6);
+	jnl_assert_sane(fx->j);
+}
+
+static void test_journal__eio_is_sticky(void **state)
+{
+	struct fx *fx = *state;
+	unsigned char kb[8];
+	MDB_val k = { 8, kb }, v = { 3, "bad" };
+	struct jnl_node n;
+	MDB_txn *txn;
+	jnl_id f, id;
+	bool wh;
+
+	f = mk_file(fx->j, JNL_ROOT, "f");
+	assert_int_equal(mdb_txn_begin(fx->j->env, NULL, 0, &txn), 0);
+	jnl_be64_put(kb, f);
+	assert_int_equal(mdb_put(txn, fx->j->db_nodes, &k, &v, 0), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+
+	assert_rc_err(jnl_node_get(fx->j, f, &n), EIO);
+	assert_rc_err(jnl_node_get(fx->j, JNL_ROOT, &n), EIO);
+	assert_rc_err(jnl_lookup(fx->j, JNL_ROOT, "f", &id, &wh), EIO);
+	assert_rc_err(jnl_write(fx->j, JNL_ROOT, "x", 1, 0), EIO);
+	assert_rc_err(jnl_sync(fx->j), EIO);
+	assert_rc_err(jnl_chunk_claim(fx->j, NULL, 1), EIO);
+	jnl_close(fx->j);
+	fx->j = NULL;
+}
+
+/* --- merged namespace ------------------------------------------------------ */
+
+struct dents {
+	int count;
+	char name[16][NAME_MAX + 1];
+	jnl_id id[16];
+};
+
+static int collect(const char *name, jnl_id id, void *arg)
+{
+	struct dents *d = arg;
+
+	if (d->count == 16)
+		return -E2BIG;
+	snprintf(d->name[d->count], sizeof(d->name[0]), "%s", name);
+	d->id[d->count++] = id;
+	return 0;
+}
+
+static void test_journal__lookup_import_and_whiteout(void **state)
+{
+	struct fx *fx = *state;
+	struct dents d = { 0 };
+	struct jnl_node n;
+	jnl_id x, again, link2, id;
+	bool wh;
+
+	assert_rc_err(jnl_lookup(fx->j, JNL_ROOT, "x", &id, &wh), ENOENT);
+	assert_false(wh); /* unknown: ask the remote */
+	x = import_n(fx->j, JNL_ROOT, "x", S_IFREG | 0644, 100, 5000, 2);
+	assert_rc_ok(jnl_lookup(fx->j, JNL_ROOT, "x", &id, &wh));
+	assert_int_equal(id, x);
+	again = import_n(fx->j, JNL_ROOT, "x", S_IFREG | 0644, 100, 5000, 2);
+	assert_int_equal(again, x);
+	/* the same remote file under another name: one node */
+	link2 = import_n(fx->j, JNL_ROOT, "x-link", S_IFREG | 0644, 100, 5000,
+			 2);
+	assert_int_equal(link2, x);
+	assert_rc_ok(jnl_node_get(fx->j, x, &n));
+	assert_false(n.flags & JNL_NODE_LOCAL);
+	assert_int_equal(n.size, 5000);
+	assert_int_equal(n.base_ino, 100);
+	assert_rpath(fx->j, x, "x");
+	assert_int_equal(nops(fx->j), 0); /* importing is not a change */
+
+	assert_rc_ok(jnl_unlink(fx->j, JNL_ROOT, "x"));
+	jnl_assert_sane(fx->j);
+	assert_rc_err(jnl_lookup(fx->j, JNL_ROOT, "x", &id, &wh), ENOENT);
+	assert_true(wh);
+	assert_rc_err(jnl_unlink(fx->j, JNL_ROOT, "x"), ENOENT);
+	assert_rc_err(jnl_node_import(fx->j, JNL_ROOT, "x",
+				      &(struct stat){ .st_mode = S_IFREG },
+				      &id),
+		      ENOENT);
+	assert_rc_ok(jnl_readdir(fx->j, JNL_ROOT, collect, &d));
+	assert_int_equal(d.count, 2);
+	assert_string_equal(d.name[0], "x");
+	assert_int_equal(d.id[0], 0);
+	assert_string_equal(d.name[1], "x-link");
+	assert_int_equal(d.id[1], x);
+
+	/* a create over the whiteout */
+	id = mk_file(fx->j, JNL_ROOT, "x");
+	assert_true(id != x);
+	assert_rc_ok(jnl_lookup(fx->j, JNL_ROOT, "x", &again, &wh));
+	assert_int_equal(again, id);
+	assert_rc_err(jnl_readdir(fx->j, x, collect, &d), ENOTDIR);
+}
+
+static void test_journal__names_are_checked(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_node a = attr(0644);
+	char longname[NAME_MAX + 2];
+	jnl_id id;
+
+	memset(longname, 'n', sizeof(longname) - 1);
+	longname[sizeof(longname) - 1] = 0;
+	assert_rc_err(jnl_create(fx->j, JNL_ROOT, "a/b", &a, &id), EINVAL);
+	assert_rc_err(jnl_create(fx->j, JNL_ROOT, "..", &a, &id), EINVAL);
+	assert_rc_err(jnl_create(fx->j, JNL_ROOT, "", &a, &id), EINVAL);
+	assert_rc_err(jnl_create(fx->j, JNL_ROOT, longname, &a, &id),
+		      ENAMETOOLONG);
+	assert_rc_err(jnl_create(fx->j, 999, "f", &a, &id), ENOENT);
+	id = mk_file(fx->j, JNL_ROOT, "f");
+	assert_rc_err(jnl_create(fx->j, id, "g", &a, &id), ENOTDIR);
+	assert_rc_err(jnl_create(fx->j, JNL_ROOT, "f", &a, &id), EEXIST);
+	assert_int_equal(nops(fx->j), 1);
+}
+
+static void test_journal__create_link_symlink_setattr(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_node n, a = attr(0640);
+	char buf[64];
+	jnl_id d, f, s;
+
+	d = mk_dir(fx->j, JNL_ROOT, "d");
+	f = mk_file(fx->j, d, "f");
+	assert_rc_ok(jnl_node_get(fx->j, f, &n));
+	assert_true(S_ISREG(n.mode));
+	assert_int_equal(n.mode & 07777, 0644);
+	assert_true(n.flags & JNL_NODE_LOCAL);
+	assert_int_equal(n.nlink, 1);
+	assert_int_equal(n.uid, 1000);
+	assert_rc_err(jnl_node_rpath(fx->j, f, buf, sizeof(buf)), ENOENT);
+
+	assert_rc_ok(jnl_link(fx->j, f, JNL_ROOT, "f2"));
+	jnl_assert_sane(fx->j);
+	assert_rc_ok(jnl_node_get(fx->j, f, &n));
+	assert_int_equal(n.nlink, 2);
+	assert_rc_err(jnl_link(fx->j, d, JNL_ROOT, "d2"), EPERM);
+
+	assert_rc_ok(jnl_symlink(fx->j, d, "s", "../target", &a, &s));
+	jnl_assert_sane(fx->j);
+	assert_int_equal(jnl_readlink(fx->j, s, buf, sizeof(buf)), 9);
+	assert_string_equal(buf, "../target");
+	assert_rc_err(jnl_readlink(fx->j, s, buf, 9), ERANGE);
+	assert_rc_err(jnl_readlink(fx->j, f, buf, sizeof(buf)), EINVAL);
+	assert_rc_ok(jnl_node_get(fx->j, s, &n));
+	assert_true(S_ISLNK(n.mode));
+
+	a.mode = 0600;
+	a.uid = 7;
+	a.mtime.tv_sec = 1234567890;
+	assert_rc_ok(jnl_setattr(fx->j, f, JNL_SET_MODE | JNL_SET_UID |
+				 JNL_SET_MTIME, &a));
+	jnl_assert_sane(fx->j);
+	assert_rc_ok(jnl_node_get(fx->j, f, &n));
+	assert_int_equal(n.mode, S_IFREG | 0600);
+	assert_int_equal(n.uid, 7);
+	assert_int_equal(n.mtime.tv_sec, 1234567890);
+	assert_true(n.flags & JNL_NODE_TIMES_SET);
+	assert_rc_err(jnl_setattr(fx->j, d, JNL_SET_SIZE, &a), EISDIR);
+	/* mkdir, create, link, symlink, setattr */
+	assert_int_equal(nops(fx->j), 5);
+}
+
+static void test_journal__rmdir_and_unlink_rules(void **state)
+{
+	struct fx *fx = *state;
+	jnl_id d, e, id;
+	bool wh;
+
+	d = import(fx->j, JNL_ROOT, "d", S_IFDIR | 0755, 10, 0);
+	e = mk_dir(fx->j, d, "e");
+	mk_file(fx->j, e, "f");
+	assert_rc_err(jnl_rmdir(fx->j, d, "e"), ENOTEMPTY);
+	assert_rc_err(jnl_unlink(fx->j, d, "e"), EISDIR);
+	assert_rc_err(jnl_rmdir(fx->j, e, "f"), ENOTDIR);
+	ack_everything(fx->j);
+	assert_rc_ok(jnl_unlink(fx->j, e, "f"));
+	jnl_assert_sane(fx->j);
+	/* e is on the remote now (acked): its removed names are whiteouts */
+	assert_rc_err(jnl_lookup(fx->j, e, "f", &id, &wh), ENOENT);
+	assert_true(wh);
+	assert_rc_ok(jnl_rmdir(fx->j, d, "e"));
+	jnl_assert_sane(fx->j);
+	assert_rc_err(jnl_lookup(fx->j, d, "e", &id, &wh), ENOENT);
+	assert_true(wh);
+	assert_rc_err(jnl_create(fx->j, e, "g", &(struct jnl_node){ 0 }, &id),
+		      ENOENT); /* e is gone */
+}
+
+static void test_journal__rename_rules(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_node n;
+	jnl_id a, b, sub, f, g, id;
+	bool wh;
+
+	a = import(fx->j, JNL_ROOT, "a", S_IFDIR | 0755, 10, 0);
+	b = mk_dir(fx->j, JNL_ROOT, "b");
+	sub = mk_dir(fx->j, a, "sub");
+	f = mk_file(fx->j, a, "f");
+	g = mk_file(fx->j, b, "g");
+
+	assert_rc_err(jnl_rename(fx->j, JNL_ROOT, "a", sub, "a", 0), EINVAL);
+	assert_rc_err(jnl_rename(fx->j, JNL_ROOT, "a", a, "x", 0), EINVAL);
+	assert_rc_err(jnl_rename(fx->j, a, "f", b, "g", RENAME_NOREPLACE),
+		      EEXIST);
+	assert_rc_err(jnl_rename(fx->j, a, "f", JNL_ROOT, "b", 0), EISDIR);
+	assert_rc_err(jnl_rename(fx->j, a, "sub", b, "g", 0), ENOTDIR);
+	assert_rc_err(jnl_rename(fx->j, JNL_ROOT, "a", JNL_ROOT, "b", 0),
+		      ENOTEMPTY);
+	assert_rc_err(jnl_rename(fx->j, a, "nope", b, "x", 0), ENOENT);
+	assert_rc_err(jnl_rename(fx->j, a, "f", b, "zz", RENAME_EXCHANGE),
+		      ENOENT);
+	assert_rc_err(jnl_rename(fx->j, a, "f", b, "g",
+				 RENAME_EXCHANGE | RENAME_NOREPLACE),
+		      EINVAL);
+	assert_rc_ok(jnl_rename(fx->j, a, "f", a, "f", 0)); /* itself */
+	jnl_assert_sane(fx->j);
+
+	/* over an existing file: g loses its only name */
+	assert_rc_ok(jnl_rename(fx->j, a, "f", b, "g", 0));
+	jnl_assert_sane(fx->j);
+	assert_rc_ok(jnl_lookup(fx->j, b, "g", &id, &wh));
+	assert_int_equal(id, f);
+	assert_rc_err(jnl_lookup(fx->j, a, "f", &id, &wh), ENOENT);
+	assert_true(wh); /* a is imported: the remote may still have f */
+	assert_rc_ok(jnl_node_get(fx->j, g, &n));
+	assert_true(n.flags & JNL_NODE_UNLINKED);
+	assert_int_equal(n.nlink, 0);
+
+	/* a directory moves, nlink follows */
+	assert_rc_ok(jnl_rename(fx->j, a, "sub", b, "sub", 0));
+	jnl_assert_sane(fx->j);
+	assert_rc_ok(jnl_node_get(fx->j, b, &n));
+	assert_int_equal(n.nlink, 3);
+	/* b is LOCAL: leaving it leaves no whiteout */
+	assert_rc_ok(jnl_rename(fx->j, b, "sub", a, "sub2", 0));
+	assert_rc_err(jnl_lookup(fx->j, b, "sub", &id, &wh), ENOENT);
+	assert_false(wh);
+
+	/* exchange a file and a directory */
+	assert_rc_ok(jnl_rename(fx->j, b, "g", a, "sub2", RENAME_EXCHANGE));
+	jnl_assert_sane(fx->j);
+	assert_rc_ok(jnl_lookup(fx->j, b, "g", &id, &wh));
+	assert_int_equal(id, sub);
+	assert_rc_ok(jnl_lookup(fx->j, a, "sub2", &id, &wh));
+	assert_int_equal(id, f);
+}
+
+static void test_journal__unlink_cancels_pending_create(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_op ops[8];
+	struct jnl_node n;
+	jnl_id f, d, x, id;
+	bool wh;
+
+	/* create + unlink: neither reaches the remote */
+	f = mk_file(fx->j, JNL_ROOT, "tmp");
+	write_pattern(fx->j, f, 0, 100, 1);
+	assert_rc_ok(jnl_unlink(fx->j, JNL_ROOT, "tmp"));
+	jnl_assert_sane(fx->j);
+	assert_int_equal(nops(fx->j), 0);
+	assert_rc_err(jnl_lookup(fx->j, JNL_ROOT, "tmp", &id, &wh), ENOENT);
+	assert_false(wh);
+	assert_rc_ok(jnl_node_get(fx->j, f, &n)); /* kept for open handles */
+	assert_true(n.flags & JNL_NODE_UNLINKED);
+
+	/* mkdir + rmdir too */
+	d = mk_dir(fx->j, JNL_ROOT, "d");
+	assert_rc_ok(jnl_rmdir(fx->j, JNL_ROOT, "d"));
+	assert_int_equal(nops(fx->j), 0);
+	(void)d;
+
+	/* over a whiteout whose unlink is pending: the whiteout comes back */
+	x = import(fx->j, JNL_ROOT, "x", S_IFREG | 0644, 77, 10);
+	assert_rc_ok(jnl_unlink(fx->j, JNL_ROOT, "x"));
+	mk_file(fx->j, JNL_ROOT, "x");
+	assert_int_equal(nops(fx->j), 2);
+	assert_rc_ok(jnl_unlink(fx->j, JNL_ROOT, "x"));
+	jnl_assert_sane(fx->j);
+	assert_int_equal(nops(fx->j), 1);
+	assert_rc_err(jnl_lookup(fx->j, JNL_ROOT, "x", &id, &wh), ENOENT);
+	assert_true(wh);
+	/* acking the unlink drops the whiteout: the remote has no x now */
+	assert_int_equal(jnl_ops_ready(fx->j, ops, 8), 1);
+	assert_int_equal(ops[0].type, JNL_OP_UNLINK);
+	assert_int_equal(ops[0].id, x);
+	assert_rc_ok(jnl_op_ack(fx->j, ops[0].seq));
+	jnl_assert_sane(fx->j);
+	assert_rc_err(jnl_lookup(fx->j, JNL_ROOT, "x", &id, &wh), ENOENT);
+	assert_false(wh);
+
+	/* a create already handed out is not cancelled */
+	f = mk_file(fx->j, JNL_ROOT, "busy");
+	assert_int_equal(jnl_ops_ready(fx->j, ops, 8), 1);
+	assert_rc_ok(jnl_unlink(fx->j, JNL_ROOT, "busy"));
+	jnl_assert_sane(fx->j);
+	assert_int_equal(nops(fx->j), 2);
+	/* and a renamed one is not either (its rename op names it) */
+	f = mk_file(fx->j, JNL_ROOT, "r1");
+	assert_rc_ok(jnl_rename(fx->j, JNL_ROOT, "r1", JNL_ROOT, "r2", 0));
+	assert_rc_ok(jnl_unlink(fx->j, JNL_ROOT, "r2"));
+	jnl_assert_sane(fx->j);
+	assert_int_equal(nops(fx->j), 5);
+}
+
+/* --- data ------------------------------------------------------------------- */
+
+static void test_journal__write_read_local(void **state)
+{
+	struct fx *fx = *state;
+	unsigned char *buf = malloc(4 * CS), *want = malloc(4 * CS);
+	bool have[5];
+	jnl_id f;
+
+	assert_non_null(buf);
+	assert_non_null(want);
+	f = mk_file(fx->j, JNL_ROOT, "f");
+	write_pattern(fx->j, f, CS + 10, 100, 3);
+	assert_int_equal(node_size(fx->j, f), CS + 110); /* before commit */
+	memset(have, 0, sizeof(have));
+	memset(buf, 0xee, 4 * CS);
+	assert_int_equal(jnl_read(fx->j, f, buf, 4 * CS, 0, have), CS + 110);
+	memset(want, 0, CS + 10);
+	pattern(want + CS + 10, 100, 3);
+	assert_memory_equal(buf, want, CS + 110);
+	for (int i = 0; i < 4; i++)
+		assert_true(have[i]); /* LOCAL: the journal has everything */
+	assert_int_equal(jnl_read(fx->j, f, buf, 10, CS + 110, have), 0);
+	assert_int_equal(jnl_read(fx->j, f, buf, 10, 5 * CS, NULL), 0);
+	/* a hole past the staging file but inside the size */
+	assert_rc_ok(jnl_setattr(fx->j, f, JNL_SET_SIZE,
+				 &(struct jnl_node){ .size = 3 * CS }));
+	memset(buf, 0xee, 4 * CS);
+	assert_int_equal(jnl_read(fx->j, f, buf, 4 * CS, 0, NULL), 3 * CS);
+	memset(want + CS + 110, 0, 2 * CS - 110);
+	assert_memory_equal(buf, want, 3 * CS);
+	assert_rc_err(jnl_read(fx->j, JNL_ROOT, buf, 1, 0, NULL), EISDIR);
+	assert_rc_err(jnl_write(fx->j, JNL_ROOT, buf, 1, 0), EISDIR);
+	assert_rc_err(jnl_write(fx->j, 9999, buf, 1, 0), ENOENT);
+	assert_rc_err(jnl_write(fx->j, f, buf, 1, -1), EINVAL);
+	jnl_assert_sane(fx->j);
+	free(buf);
+	free(want);
+}
+
+static void test_journal__imported_partial_write_needs_fill(void **state)
+{
+	struct fx *fx = *state;
+	uint64_t size = 3 * CS + 100;
+	unsigned char *remote = malloc(4 * CS), *buf = malloc(4 * CS);
+	bool have[4];
+	jnl_id f;
+
+	assert_non_null(remote);
+	assert_non_null(buf);
+	pattern(remote, size, 9); /* what the remote file holds */
+	f = import(fx->j, JNL_ROOT, "big", S_IFREG | 0644, 55, (off_t)size);
+
+	assert_rc_err(jnl_write(fx->j, f, "hello", 5, 10), ENODATA);
+	assert_rc_err(jnl_write(fx->j, f, buf, CS, CS / 2), ENODATA);
+	assert_rc_ok(jnl_chunk_fill(fx->j, f, 0, remote, CS));
+	assert_rc_ok(jnl_chunk_fill(fx->j, f, 0, buf, CS)); /* held: no-op */
+	jnl_assert_sane(fx->j);
+	assert_int_equal(jnl_write(fx->j, f, "hello", 5, 10), 5);
+	memcpy(remote + 10, "hello", 5);
+	/* a write covering a whole chunk needs no fill */
+	pattern(buf, CS, 4);
+	assert_int_equal(jnl_write(fx->j, f, buf, CS, 2 * CS), CS);
+	memcpy(remote + 2 * CS, buf, CS);
+	jnl_assert_sane(fx->j);
+
+	memset(have, 0, sizeof(have));
+	assert_int_equal(jnl_read(fx->j, f, buf, 4 * CS, 0, have), size);
+	assert_true(have[0]);
+	assert_false(have[1]); /* the remote has it */
+	assert_true(have[2]);
+	assert_false(have[3]); /* 100 remote bytes in it */
+	assert_memory_equal(buf, remote, 15);
+	assert_memory_equal(buf + 2 * CS, remote + 2 * CS, CS);
+
+	/* appending past the remote's bytes in the last chunk needs them */
+	assert_rc_err(jnl_write(fx->j, f, "tail", 4, (off_t)size), ENODATA);
+	assert_rc_ok(jnl_chunk_fill(fx->j, f, 3, remote + 3 * CS, 100));
+	assert_int_equal(jnl_write(fx->j, f, "tail", 4, (off_t)size), 4);
+	assert_int_equal(node_size(fx->j, f), size + 4);
+	/* the filled chunk was FLUSHED, the write made it DIRTY */
+	assert_rc_ok(jnl_sync(fx->j));
+	assert_int_equal(chunk_state(fx->j, f, 3, NULL), JNL_CHUNK_DIRTY);
+	assert_int_equal(chunk_state(fx->j, f, 1, NULL), 0);
+
+	/* after a truncation to 0 no remote byte belongs to the file */
+	assert_rc_ok(jnl_setattr(fx->j, f, JNL_SET_SIZE,
+				 &(struct jnl_node){ .size = 0 }));
+	assert_int_equal(jnl_write(fx->j, f, "x", 1, CS + 5), 1);
+	assert_int_equal(jnl_read(fx->j, f, buf, 2 * CS, 0, have), CS + 6);
+	assert_true(have[0] && have[1]);
+	jnl_assert_sane(fx->j);
+	free(remote);
+	free(buf);
+}
+
+/* Create f at the root, write @chunks full chunks, ack the create (so
+ * its chunks are claimable), commit. */
+static jnl_id flushable_file(struct fx *fx, const char *name, int chunks)
+{
+	jnl_id f = mk_file(fx->j, JNL_ROOT, name);
+
+	for (int i = 0; i < chunks; i++)
+		write_pattern(fx->j, f, (off_t)i * CS, CS, (unsigned)i);
+	ack_everything(fx->j);
+	assert_rc_ok(jnl_sync(fx->j));
+	return f;
+}
+
+static const unsigned char sha[32] = { 1, 2, 3 };
+
+static void test_journal__chunk_state_machine(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_chunk_ref c[8];
+	struct jnl_chunk_rec rec;
+	struct jnl_stats s;
+	uint64_t gen0;
+	jnl_id f, g;
+
+	/* a LOCAL node's chunks wait for its create */
+	f = mk_file(fx->j, JNL_ROOT, "f");
+	write_pattern(fx->j, f, 0, 2 * CS, 1);
+	assert_rc_ok(jnl_sync(fx->j));
+	assert_int_equal(chunk_state(fx->j, f, 0, &rec), JNL_CHUNK_DIRTY);
+	gen0 = rec.generation;
+	assert_int_equal(jnl_chunk_claim(fx->j, c, 8), 0);
+	s = stats(fx->j);
+	assert_int_equal(s.dirty_bytes, 2 * CS);
+	assert_int_equal(s.dirty_nodes, 1);
+	ack_everything(fx->j);
+
+	/* DIRTY -> INFLIGHT, oldest first */
+	g = flushable_file(fx, "g", 1);
+	assert_int_equal(jnl_chunk_claim(fx->j, c, 2), 2);
+	jnl_assert_sane(fx->j);
+	assert_int_equal(c[0].id, f);
+	assert_int_equal(c[0].index, 0);
+	assert_int_equal(c[0].generation, gen0);
+	assert_int_equal(c[0].length, CS);
+	assert_int_equal(c[1].id, f);
+	assert_int_equal(c[1].index, 1);
+	assert_int_equal(chunk_state(fx->j, f, 0, NULL), JNL_CHUNK_INFLIGHT);
+	s = stats(fx->j);
+	assert_int_equal(s.inflight_bytes, 2 * CS);
+	assert_int_equal(s.dirty_bytes, CS);
+
+	/* INFLIGHT -> FLUSHED (ok, same generation) */
+	assert_rc_ok(jnl_chunk_release(fx->j, &c[0], true, sha));
+	jnl_assert_sane(fx->j);
+	assert_int_equal(chunk_state(fx->j, f, 0, &rec), JNL_CHUNK_FLUSHED);
+	assert_memory_equal(rec.sha256, sha, 32);
+	/* INFLIGHT -> DIRTY (not ok), keeping its place: first again */
+	assert_rc_ok(jnl_chunk_release(fx->j, &c[1], false, NULL));
+	jnl_assert_sane(fx->j);
+	assert_int_equal(chunk_state(fx->j, f, 1, NULL), JNL_CHUNK_DIRTY);
+	assert_int_equal(jnl_chunk_claim(fx->j, c, 8), 2);
+	assert_int_equal(c[0].id, f);
+	assert_int_equal(c[0].index, 1);
+	assert_int_equal(c[1].id, g);
+	assert_rc_ok(jnl_chunk_release(fx->j, &c[0], true, sha));
+	assert_rc_ok(jnl_chunk_release(fx->j, &c[1], true, sha));
+	s = stats(fx->j);
+	assert_int_equal(s.flushed_bytes, 3 * CS);
+	assert_int_equal(s.dirty_bytes + s.inflight_bytes, 0);
+	assert_int_equal(s.dirty_nodes, 0);
+	assert_rc_err(jnl_chunk_release(fx->j, &c[1], true, NULL), EINVAL);
+
+	/* FLUSHED -> DIRTY by a write, with a new generation */
+	write_pattern(fx->j, f, 100, 10, 2);
+	assert_rc_ok(jnl_sync(fx->j));
+	assert_int_equal(chunk_state(fx->j, f, 0, &rec), JNL_CHUNK_DIRTY);
+	assert_true(rec.generation > gen0);
+	assert_int_equal(stats(fx->j).dirty_nodes, 1);
+	/* a release of a chunk not in flight changes nothing */
+	assert_rc_ok(jnl_chunk_release(fx->j, &c[0], true, sha));
+	assert_int_equal(chunk_state(fx->j, f, 1, NULL), JNL_CHUNK_FLUSHED);
+	jnl_assert_sane(fx->j);
+}
+
+static void test_journal__write_while_inflight_stays_dirty(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_chunk_ref c, c2;
+	struct jnl_chunk_rec rec;
+	jnl_id f;
+
+	f = flushable_file(fx, "f", 1);
+	assert_int_equal(jnl_chunk_claim(fx->j, &c, 1), 1);
+	/* the generation race: a write lands while the chunk is in flight */
+	write_pattern(fx->j, f, 5, 5, 2);
+	assert_rc_ok(jnl_sync(fx->j));
+	assert_int_equal(chunk_state(fx->j, f, 0, &rec), JNL_CHUNK_INFLIGHT);
+	assert_true(rec.generation != c.generation);
+	assert_int_equal(jnl_chunk_claim(fx->j, &c2, 1), 0); /* one flusher */
+	assert_rc_ok(jnl_chunk_release(fx->j, &c, true, sha));
+	jnl_assert_sane(fx->j);
+	assert_int_equal(chunk_state(fx->j, f, 0, NULL), JNL_CHUNK_DIRTY);
+	assert_int_equal(jnl_chunk_claim(fx->j, &c2, 1), 1);
+	assert_int_equal(c2.generation, rec.generation);
+	assert_rc_ok(jnl_chunk_release(fx->j, &c2, true, sha));
+	assert_int_equal(chunk_state(fx->j, f, 0, NULL), JNL_CHUNK_FLUSHED);
+
+	/* the same race with the write's mark not committed at the release:
+	 * FLUSHED for a moment, DIRTY again once the mark commits */
+	write_pattern(fx->j, f, 0, 1, 3);
+	assert_rc_ok(jnl_sync(fx->j));
+	assert_int_equal(jnl_chunk_claim(fx->j, &c, 1), 1);
+	write_pattern(fx->j, f, 1, 1, 4);
+	assert_rc_ok(jnl_chunk_release(fx->j, &c, true, sha));
+	assert_rc_ok(jnl_sync(fx->j));
+	assert_int_equal(chunk_state(fx->j, f, 0, NULL), JNL_CHUNK_DIRTY);
+	jnl_assert_sane(fx->j);
+}
+
+static void test_journal__truncate_drops_chunks(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_chunk_ref c[4];
+	struct jnl_chunk_rec rec;
+	struct jnl_stats s;
+	jnl_id f;
+
+	f = flushable_file(fx, "f", 3);
+	assert_int_equal(jnl_chunk_claim(fx->j, c, 4), 3);
+	write_pattern(fx->j, f, 4 * CS, 10, 5); /* a pending mark past it */
+	assert_rc_ok(jnl_setattr(fx->j, f, JNL_SET_SIZE,
+				 &(struct jnl_node){ .size = CS + CS / 2 }));
+	jnl_assert_sane(fx->j);
+	assert_int_equal(node_size(fx->j, f), CS + CS / 2);
+	assert_int_equal(chunk_state(fx->j, f, 2, NULL), 0);
+	assert_int_equal(chunk_state(fx->j, f, 4, NULL), 0);
+	assert_int_equal(chunk_state(fx->j, f, 1, &rec), JNL_CHUNK_INFLIGHT);
+	assert_int_equal(rec.length, CS / 2);
+	/* the release of the dropped chunk is stale */
+	assert_rc_ok(jnl_chunk_release(fx->j, &c[2], true, sha));
+	assert_rc_ok(jnl_chunk_release(fx->j, &c[0], true, sha));
+	assert_rc_ok(jnl_chunk_release(fx->j, &c[1], true, sha));
+	s = stats(fx->j);
+	assert_int_equal(s.flushed_bytes, CS + CS / 2);
+	assert_int_equal(s.staging_bytes, CS + CS / 2);
+	assert_int_equal(s.dirty_bytes + s.inflight_bytes, 0);
+	jnl_assert_sane(fx->j);
+}
+
+static void test_journal__unlinked_node_is_not_claimed(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_chunk_ref c;
+	jnl_id f;
+
+	f = flushable_file(fx, "f", 1);
+	assert_rc_ok(jnl_unlink(fx->j, JNL_ROOT, "f"));
+	jnl_assert_sane(fx->j);
+	assert_int_equal(jnl_chunk_claim(fx->j, &c, 1), 0);
+	write_pattern(fx->j, f, CS, 10, 1); /* an open handle still writes */
+	assert_rc_ok(jnl_sync(fx->j));
+	assert_int_equal(jnl_chunk_claim(fx->j, &c, 1), 0);
+	jnl_assert_sane(fx->j);
+}
+
+/* --- durability and recovery ------------------------------------------------- */
+
+static void test_journal__recovery_resends_only_inflight(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_chunk_ref c[4];
+	struct jnl_stats s;
+	jnl_id f;
+
+	f = flushable_file(fx, "f", 3);
+	assert_int_equal(jnl_chunk_claim(fx->j, c, 3), 3);
+	assert_rc_ok(jnl_chunk_release(fx->j, &c[0], true, sha));
+	/* c[1], c[2] in flight: stop without releasing them */
+	reopen(fx);
+	s = stats(fx->j);
+	assert_int_equal(s.resent_bytes, 2 * CS);
+	assert_int_equal(s.inflight_bytes, 0);
+	assert_int_equal(s.dirty_bytes, 2 * CS);
+	assert_int_equal(s.flushed_bytes, CS);
+	assert_int_equal(chunk_state(fx->j, f, 0, NULL), JNL_CHUNK_FLUSHED);
+	assert_int_equal(chunk_state(fx->j, f, 1, NULL), JNL_CHUNK_DIRTY);
+	/* the old claims are stale; the chunks are claimable again */
+	assert_rc_ok(jnl_chunk_release(fx->j, &c[1], true, sha));
+	assert_int_equal(chunk_state(fx->j, f, 1, NULL), JNL_CHUNK_DIRTY);
+	assert_int_equal(jnl_chunk_claim(fx->j, c, 4), 2);
+	assert_int_equal(c[0].index, 1);
+	assert_int_equal(c[1].index, 2);
+	reopen(fx);
+	assert_int_equal(stats(fx->j).resent_bytes, 2 * CS);
+}
+
+/* In a child: open, do @fn, _exit() without jnl_close(). */
+static void crash_child(struct fx *fx, unsigned int commit_ms,
+			int (*fn)(struct jnl *j))
+{
+	pid_t pid;
+	int status;
+
+	jnl_close(fx->j);
+	fx->j = NULL;
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct jnl *j;
+		int rc;
+
+		jnl_test_commit_ms = commit_ms;
+		rc = jnl_open(fx->dir, &fx->cfg, 0, &j);
+		if (!rc)
+			rc = fn(j);
+		_exit(rc ? 1 : 0);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	assert_rc_ok(jnl_open(fx->dir, &fx->cfg, 0, &fx->j));
+	jnl_assert_sane(fx->j);
+}
+
+static int crash_after_claim(struct jnl *j)
+{
+	struct jnl_chunk_ref c[2];
+	unsigned char buf[CS];
+	jnl_id f;
+	bool wh;
+
+	if (jnl_lookup(j, JNL_ROOT, "f", &f, &wh))
+		return -1;
+	memset(buf, 'a', sizeof(buf));
+	if (jnl_chunk_claim(j, c, 2) != 2)
+		return -1;
+	if (jnl_chunk_release(j, &c[0], true, sha))
+		return -1;
+	return 0; /* c[1] dies in flight */
+}
+
+static void test_journal__crash_with_chunks_in_flight(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_stats s;
+	jnl_id f;
+
+	f = flushable_file(fx, "f", 2);
+	crash_child(fx, 0, crash_after_claim);
+	s = stats(fx->j);
+	assert_int_equal(s.resent_bytes, CS);
+	assert_int_equal(chunk_state(fx->j, f, 0, NULL), JNL_CHUNK_FLUSHED);
+	assert_int_equal(chunk_state(fx->j, f, 1, NULL), JNL_CHUNK_DIRTY);
+}
+
+static int crash_mid_writes(struct jnl *j)
+{
+	unsigned char buf[CS];
+	struct jnl_node a = attr(S_IFREG | 0644);
+	jnl_id f, g;
+
+	if (jnl_create(j, JNL_ROOT, "f", &a, &f))
+		return -1;
+	pattern(buf, CS, 1);
+	for (int i = 0; i < 4; i++) /* many writes, one commit */
+		if (jnl_write(j, f, buf + i * (CS / 4), CS / 4,
+			      i * (CS / 4)) != CS / 4)
+			return -1;
+	if (jnl_sync(j))
+		return -1;
+	/* after the sync: a namespace change (committed at once) and writes
+	 * that nobody syncs (the commit period is a minute) */
+	if (jnl_create(j, JNL_ROOT, "g", &a, &g))
+		return -1;
+	if (jnl_write(j, f, buf, CS, 2 * CS) != CS)
+		return -1;
+	if (jnl_write(j, g, buf, 10, 0) != 10)
+		return -1;
+	return 0;
+}
+
+static void test_journal__group_commit_survives_crash(void **state)
+{
+	struct fx *fx = *state;
+	unsigned char want[CS], buf[CS];
+	struct jnl_stats s;
+	jnl_id f, g;
+	bool wh;
+
+	crash_child(fx, 60000, crash_mid_writes);
+	assert_rc_ok(jnl_lookup(fx->j, JNL_ROOT, "f", &f, &wh));
+	assert_rc_ok(jnl_lookup(fx->j, JNL_ROOT, "g", &g, &wh));
+	/* synced: chunk 0 and the size; not synced: chunk 2 and g's data */
+	assert_int_equal(chunk_state(fx->j, f, 0, NULL), JNL_CHUNK_DIRTY);
+	assert_int_equal(chunk_state(fx->j, f, 2, NULL), 0);
+	assert_int_equal(chunk_state(fx->j, g, 0, NULL), 0);
+	assert_int_equal(node_size(fx->j, f), CS);
+	assert_int_equal(node_size(fx->j, g), 0);
+	s = stats(fx->j);
+	assert_int_equal(s.dirty_bytes, CS);
+	assert_int_equal(s.dirty_nodes, 1);
+	assert_int_equal(s.pending_ops, 2);
+	pattern(want, CS, 1);
+	assert_int_equal(jnl_read(fx->j, f, buf, CS, 0, NULL), CS);
+	assert_memory_equal(buf, want, CS);
+}
+
+static void test_journal__writes_share_one_commit(void **state)
+{
+	struct fx *fx = *state;
+	size_t before;
+	jnl_id f;
+
+	jnl_close(fx->j);
+	jnl_test_commit_ms = 60000;
+	assert_rc_ok(jnl_open(fx->dir, &fx->cfg, 0, &fx->j));
+	f = mk_file(fx->j, JNL_ROOT, "f");
+	before = last_txnid(fx->j);
+	for (int i = 0; i < 200; i++)
+		write_pattern(fx->j, f, (off_t)i * 1000, 1000, (unsigned)i);
+	assert_int_equal(last_txnid(fx->j), before);
+	assert_rc_ok(jnl_fsync_node(fx->j, f));
+	assert_int_equal(last_txnid(fx->j), before + 1);
+	assert_int_equal(chunk_state(fx->j, f, 3, NULL), JNL_CHUNK_DIRTY);
+	assert_rc_err(jnl_fsync_node(fx->j, 12345), ENOENT);
+
+	/* without a sync the committer commits within its period */
+	jnl_close(fx->j);
+	jnl_test_commit_ms = 0; /* JNL_COMMIT_MS */
+	assert_rc_ok(jnl_open(fx->dir, &fx->cfg, 0, &fx->j));
+	write_pattern(fx->j, f, 10 * CS, 10, 1);
+	for (int i = 0; i < 100 && !chunk_state(fx->j, f, 10, NULL); i++)
+		usleep(20000);
+	assert_int_equal(chunk_state(fx->j, f, 10, NULL), JNL_CHUNK_DIRTY);
+}
+
+/* --- op log ---------------------------------------------------------------------- */
+
+static void test_journal__ops_wait_for_their_directory(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_op ops[8];
+	const struct jnl_op *mk, *bg;
+	jnl_id a, b, f, g;
+	int n;
+
+	b = import(fx->j, JNL_ROOT, "b", S_IFDIR | 0755, 20, 0);
+	a = mk_dir(fx->j, JNL_ROOT, "a");
+	f = mk_file(fx->j, a, "f");
+	g = mk_file(fx->j, b, "g");
+	n = jnl_ops_ready(fx->j, ops, 8);
+	assert_int_equal(n, 2);
+	mk = find_op(ops, n, JNL_OP_MKDIR, a);
+	bg = find_op(ops, n, JNL_OP_CREATE, g);
+	assert_non_null(mk);
+	assert_non_null(bg);
+	assert_int_equal(mk->parent, JNL_ROOT);
+	assert_string_equal(mk->name, "a");
+	assert_int_equal(bg->parent, b);
+	assert_string_equal(bg->name, "g");
+	assert_null(find_op(ops, n, JNL_OP_CREATE, f));
+	/* handed out once */
+	assert_int_equal(jnl_ops_ready(fx->j, ops + 2, 6), 0);
+	assert_rc_ok(jnl_op_ack(fx->j, bg->seq));
+	assert_int_equal(jnl_ops_ready(fx->j, ops + 2, 6), 0);
+	assert_rc_ok(jnl_op_ack(fx->j, mk->seq));
+	jnl_assert_sane(fx->j);
+	assert_rpath(fx->j, a, "a");
+	assert_rpath(fx->j, g, "b/g");
+	n = jnl_ops_ready(fx->j, ops, 8);
+	assert_int_equal(n, 1);
+	assert_int_equal(ops[0].type, JNL_OP_CREATE);
+	assert_int_equal(ops[0].id, f);
+	assert_rc_ok(jnl_op_ack(fx->j, ops[0].seq));
+	assert_rpath(fx->j, f, "a/f");
+	assert_rc_err(jnl_op_ack(fx->j, ops[0].seq), ENOENT);
+	jnl_assert_sane(fx->j);
+}
+
+static void test_journal__ops_after_dir_rename_wait(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_op ops[8];
+	jnl_id d, x, y, other;
+	int n;
+
+	d = import(fx->j, JNL_ROOT, "d", S_IFDIR | 0755, 30, 0);
+	y = mk_file(fx->j, d, "y");     /* before the rename */
+	assert_rc_ok(jnl_rename(fx->j, JNL_ROOT, "d", JNL_ROOT, "e", 0));
+	x = mk_file(fx->j, d, "x");     /* after it: e/x */
+	other = mk_file(fx->j, JNL_ROOT, "other");
+	n = jnl_ops_ready(fx->j, ops, 8);
+	/* y first; the rename waits for y, x for the rename; other is free */
+	assert_int_equal(n, 2);
+	assert_non_null(find_op(ops, n, JNL_OP_CREATE, y));
+	assert_non_null(find_op(ops, n, JNL_OP_CREATE, other));
+	assert_rc_ok(jnl_op_ack(fx->j, find_op(ops, n, JNL_OP_CREATE, y)->seq));
+	assert_rpath(fx->j, y, "d/y");
+	n = jnl_ops_ready(fx->j, ops, 8);
+	assert_int_equal(n, 1);
+	assert_int_equal(ops[0].type, JNL_OP_RENAME);
+	assert_int_equal(ops[0].parent, JNL_ROOT);
+	assert_string_equal(ops[0].name, "d");
+	assert_string_equal(ops[0].newname, "e");
+	assert_rc_ok(jnl_op_ack(fx->j, ops[0].seq));
+	assert_rpath(fx->j, d, "e");
+	assert_rpath(fx->j, y, "e/y");
+	n = jnl_ops_ready(fx->j, ops, 8);
+	assert_int_equal(n, 1);
+	assert_int_equal(ops[0].id, x);
+	assert_rc_ok(jnl_op_ack(fx->j, ops[0].seq));
+	assert_rpath(fx->j, x, "e/x");
+	jnl_assert_sane(fx->j);
+}
+
+static void test_journal__ops_exchange(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_op ops[8];
+	jnl_id a, b, x, y, z;
+	int n;
+
+	a = import(fx->j, JNL_ROOT, "A", S_IFDIR | 0755, 40, 0);
+	b = import(fx->j, JNL_ROOT, "B", S_IFDIR | 0755, 41, 0);
+	x = mk_file(fx->j, a, "x");
+	assert_rc_ok(jnl_rename(fx->j, JNL_ROOT, "A", JNL_ROOT, "B",
+				RENAME_EXCHANGE));
+	jnl_assert_sane(fx->j);
+	y = mk_file(fx->j, b, "y"); /* b is now at "A" */
+	z = mk_file(fx->j, JNL_ROOT, "z");
+	n = jnl_ops_ready(fx->j, ops, 8);
+	assert_int_equal(n, 2);
+	assert_non_null(find_op(ops, n, JNL_OP_CREATE, x));
+	assert_non_null(find_op(ops, n, JNL_OP_CREATE, z));
+	for (int i = 0; i < n; i++)
+		assert_rc_ok(jnl_op_ack(fx->j, ops[i].seq));
+	n = jnl_ops_ready(fx->j, ops, 8);
+	assert_int_equal(n, 1);
+	assert_int_equal(ops[0].type, JNL_OP_RENAME);
+	assert_int_equal(ops[0].flags, RENAME_EXCHANGE);
+	assert_rpath(fx->j, x, "A/x");
+	assert_rc_ok(jnl_op_ack(fx->j, ops[0].seq));
+	assert_rpath(fx->j, a, "B");
+	assert_rpath(fx->j, b, "A");
+	assert_rpath(fx->j, x, "B/x");
+	n = jnl_ops_ready(fx->j, ops, 8);
+	assert_int_equal(n, 1);
+	assert_int_equal(ops[0].id, y);
+	assert_rc_ok(jnl_op_ack(fx->j, ops[0].seq));
+	assert_rpath(fx->j, y, "A/y");
+	jnl_assert_sane(fx->j);
+}
+
+static void test_journal__ops_same_name_in_order(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_op ops[8];
+	jnl_id x, x2, w;
+	int n;
+
+	x = import(fx->j, JNL_ROOT, "x", S_IFREG | 0644, 50, 1);
+	w = import(fx->j, JNL_ROOT, "w", S_IFREG | 0644, 51, 1);
+	assert_rc_ok(jnl_unlink(fx->j, JNL_ROOT, "x"));
+	x2 = mk_file(fx->j, JNL_ROOT, "x");
+	assert_rc_ok(jnl_setattr(fx->j, w, JNL_SET_MODE,
+				 &(struct jnl_node){ .mode = 0600 }));
+	n = jnl_ops_ready(fx->j, ops, 8);
+	assert_int_equal(n, 2);
+	assert_non_null(find_op(ops, n, JNL_OP_UNLINK, x));
+	assert_non_null(find_op(ops, n, JNL_OP_SETATTR, w));
+	assert_int_equal(find_op(ops, n, JNL_OP_SETATTR, w)->flags,
+			 JNL_SET_MODE);
+	assert_rc_ok(jnl_op_ack(fx->j, find_op(ops, n, JNL_OP_UNLINK, x)->seq));
+	n = jnl_ops_ready(fx->j, ops, 8);
+	assert_int_equal(n, 1);
+	assert_int_equal(ops[0].id, x2);
+	jnl_assert_sane(fx->j);
+}
+
+static void test_journal__op_fail_and_reopen(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_op ops[8];
+	struct jnl_node n;
+	jnl_id f, g;
+
+	f = mk_file(fx->j, JNL_ROOT, "f");
+	g = mk_file(fx->j, JNL_ROOT, "g");
+	assert_int_equal(jnl_ops_ready(fx->j, ops, 8), 2);
+	assert_rc_err(jnl_op_fail(fx->j, 999, false), EINVAL);
+	/* retried: handed out again */
+	assert_rc_ok(jnl_op_fail(fx->j, ops[0].seq, false));
+	assert_int_equal(jnl_ops_ready(fx->j, ops + 2, 6), 1);
+	assert_int_equal(ops[2].seq, ops[0].seq);
+	/* fatal: dropped, the node marked */
+	assert_rc_ok(jnl_op_fail(fx->j, ops[0].seq, true));
+	jnl_assert_sane(fx->j);
+	assert_rc_ok(jnl_node_get(fx->j, f, &n));
+	assert_true(n.flags & JNL_NODE_ERROR);
+	assert_int_equal(nops(fx->j), 1);
+	/* handed out, not acked, journal reopened: pending again */
+	reopen(fx);
+	assert_int_equal(jnl_ops_ready(fx->j, ops, 8), 1);
+	assert_int_equal(ops[0].id, g);
+	assert_rc_err(jnl_op_ack(fx->j, ops[0].seq + 100), ENOENT);
+	assert_rc_ok(jnl_op_ack(fx->j, ops[0].seq));
+	jnl_assert_sane(fx->j);
+}
+
+/* --- threads and scale -------------------------------------------------------- */
+
+struct writer {
+	struct jnl *j;
+	jnl_id id;
+	unsigned int seed;
+	int rc;
+};
+
+static void *writer_main(void *arg)
+{
+	struct writer *w = arg;
+	unsigned char buf[4096];
+
+	pattern(buf, sizeof(buf), w->seed);
+	for (int i = 0; i < 400 && !w->rc; i++) {
+		off_t off = (off_t)((i * 7919u + w->seed * 104729u) %
+				    (8 * CS - sizeof(buf)));
+		ssize_t n = jnl_write(w->j, w->id, buf, sizeof(buf), off);
+
+		if (n != (ssize_t)sizeof(buf))
+			w->rc = n < 0 ? (int)n : -EIO;
+	}
+	return NULL;
+}
+
+static void *flusher_main(void *arg)
+{
+	struct writer *w = arg;
+	struct jnl_chunk_ref c[4];
+
+	for (int i = 0; i < 300 && !w->rc; i++) {
+		int n = jnl_chunk_claim(w->j, c, 4);
+
+		if (n < 0)
+			w->rc = n;
+		for (int k = 0; k < n && !w->rc; k++)
+			w->rc = jnl_chunk_release(w->j, &c[k], k % 3 != 0, sha);
+		if (!(i % 50) && !w->rc)
+			w->rc = jnl_sync(w->j);
+	}
+	return NULL;
+}
+
+static void test_journal__concurrent_writers_and_flusher(void **state)
+{
+	struct fx *fx = *state;
+	struct writer w[5];
+	pthread_t t[5];
+	jnl_id f = flushable_file(fx, "shared", 1);
+	jnl_id g = flushable_file(fx, "other", 1);
+
+	for (int i = 0; i < 5; i++) {
+		w[i].j = fx->j;
+		w[i].id = i % 2 ? g : f;
+		w[i].seed = (unsigned)i + 1;
+		w[i].rc = 0;
+		assert_int_equal(pthread_create(&t[i], NULL,
+						i == 4 ? flusher_main :
+							 writer_main,
+						&w[i]),
+				 0);
+	}
+	for (int i = 0; i < 5; i++) {
+		assert_int_equal(pthread_join(t[i], NULL), 0);
+		assert_rc_ok(w[i].rc);
+	}
+	jnl_assert_sane(fx->j);
+	assert_true(node_size(fx->j, f) <= 8 * CS);
+	assert_true(node_size(fx->j, g) > CS);
+}
+
+/* A writer of an imported file that follows the fill protocol. */
+struct filler {
+	struct jnl *j;
+	jnl_id id;
+	const unsigned char *remote; /* the remote's bytes of the file */
+	uint64_t rsize;
+	int t, rc;
+};
+
+#define STRIPE 512
+
+static int fill_chunk(struct filler *f, uint64_t idx)
+{
+	uint64_t start = idx * CS;
+	size_t len = start >= f->rsize ? 0 :
+		     f->rsize - start < CS ? (size_t)(f->rsize - start) : CS;
+
+	return jnl_chunk_fill(f->j, f->id, idx, f->remote + start, len);
+}
+
+static void *filler_main(void *arg)
+{
+	struct filler *f = arg;
+	unsigned char buf[STRIPE];
+	uint64_t stripes = f->rsize / STRIPE;
+
+	memset(buf, 'A' + f->t, sizeof(buf));
+	/* thread t owns the stripes s with s % 4 == t, visited in a
+	 * scrambled order, written at an offset inside the stripe */
+	for (uint64_t k = 0; k < stripes / 4 && !f->rc; k++) {
+		uint64_t s = ((k * 7919) % (stripes / 4)) * 4 + (uint64_t)f->t;
+		off_t off = (off_t)(s * STRIPE + 100);
+		ssize_t n;
+
+		for (int tries = 0; tries < 3; tries++) {
+			n = jnl_write(f->j, f->id, buf, STRIPE - 200, off);
+			if (n != -ENODATA)
+				break;
+			f->rc = fill_chunk(f, (uint64_t)off / CS);
+			if (!f->rc)
+				f->rc = fill_chunk(f, ((uint64_t)off + STRIPE -
+						       201) / CS);
+		}
+		if (!f->rc && n != STRIPE - 200)
+			f->rc = n < 0 ? (int)n : -EIO;
+	}
+	return NULL;
+}
+
+static void test_journal__concurrent_fill_and_write(void **state)
+{
+	struct fx *fx = *state;
+	uint64_t rsize = 4 * CS;
+	unsigned char *remote = malloc(rsize), *want = malloc(rsize);
+	unsigned char *got = malloc(rsize);
+	struct filler f[4];
+	pthread_t t[4];
+	bool have[4];
+	jnl_id id;
+
+	assert_non_null(remote);
+	assert_non_null(want);
+	assert_non_null(got);
+	pattern(remote, rsize, 11);
+	id = import(fx->j, JNL_ROOT, "shared", S_IFREG | 0644, 99,
+		    (off_t)rsize);
+	for (int i = 0; i < 4; i++) {
+		f[i] = (struct filler){ fx->j, id, remote, rsize, i, 0 };
+		assert_int_equal(pthread_create(&t[i], NULL, filler_main,
+						&f[i]),
+				 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(pthread_join(t[i], NULL), 0);
+		assert_rc_ok(f[i].rc);
+	}
+	jnl_assert_sane(fx->j);
+	/* every byte is the remote's or the one thread that owns it wrote:
+	 * no fill landed over a write, no write left zeros around it */
+	memcpy(want, remote, rsize);
+	for (uint64_t s = 0; s < rsize / STRIPE; s++)
+		memset(want + s * STRIPE + 100, 'A' + (int)(s % 4), STRIPE - 200);
+	assert_int_equal(jnl_read(fx->j, id, got, rsize, 0, have), rsize);
+	for (int i = 0; i < 4; i++)
+		assert_true(have[i]);
+	assert_memory_equal(got, want, rsize);
+	free(remote);
+	free(want);
+	free(got);
+}
+
+static void test_journal__open_100k_pending_nodes_is_fast(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_node a = attr(S_IFREG | 0644);
+	struct jnl_chunk_ref c[16];
+	char name[32];
+	double t0, t1, t2;
+	jnl_id d, id;
+
+	/* build it without a sync per transaction (test hook); the open
+	 * below is an ordinary one */
+	jnl_close(fx->j);
+	jnl_test_env_flags = MDB_NOSYNC;
+	assert_rc_ok(jnl_open(fx->dir, &fx->cfg, 0, &fx->j));
+	t0 = now_s();
+	d = mk_dir(fx->j, JNL_ROOT, "many");
+	ack_everything(fx->j);
+	for (int i = 0; i < 100000; i++) {
+		snprintf(name, sizeof(name), "f%06d", i);
+		assert_rc_ok(jnl_create(fx->j, d, name, &a, &id));
+		if (i % 1000 == 0) {
+			write_pattern(fx->j, id, 0, 100, (unsigned)i);
+			write_pattern(fx->j, id, 2 * CS, 100, (unsigned)i);
+		}
+	}
+	/* some chunks in flight at the stop */
+	for (int i = 0; i < 16; i++) {
+		struct jnl_op op;
+
+		assert_int_equal(jnl_ops_ready(fx->j, &op, 1), 1);
+		assert_rc_ok(jnl_op_ack(fx->j, op.seq));
+	}
+	assert_rc_ok(jnl_sync(fx->j));
+	assert_int_equal(jnl_chunk_claim(fx->j, c, 16), 2);
+	assert_int_equal(stats(fx->j).pending_ops, 100000 - 16);
+	jnl_close(fx->j);
+	fx->j = NULL;
+	jnl_test_env_flags = 0;
+
+	t1 = now_s();
+	assert_rc_ok(jnl_open(fx->dir, &fx->cfg, 0, &fx->j));
+	t2 = now_s();
+	print_message("created 100,000 pending nodes in %.2f s; "
+		      "jnl_open took %.1f ms\n", t1 - t0, (t2 - t1) * 1e3);
+	assert_true(t2 - t1 < 2.0);
+	assert_int_equal(stats(fx->j).resent_bytes, 200);
+	assert_int_equal(stats(fx->j).pending_ops, 100000 - 16);
+}
+
+#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(test_journal__create_then_reopen),
+		T(test_journal__missing_journal_is_enoent),
+		T(test_journal__create_refuses_foreign_dir),
+		T(test_journal__bad_config_is_einval),
+		T(test_journal__other_remote_is_exdev),
+		T(test_journal__second_opener_is_ebusy),
+		T(test_journal__garbage_lmdb_is_eproto),
+		T(test_journal__foreign_format_is_eproto),
+		T(test_journal__map_full_is_enospc),
+		T(test_journal__max_bytes_is_enospc),
+		T(test_journal__lmdb_errors_map_to_errno),
+		T(test_journal__eio_is_sticky),
+		T(test_journal__lookup_import_and_whiteout),
+		T(test_journal__names_are_checked),
+		T(test_journal__create_link_symlink_setattr),
+		T(test_journal__rmdir_and_unlink_rules),
+		T(test_journal__rename_rules),
+		T(test_journal__unlink_cancels_pending_create),
+		T(test_journal__write_read_local),
+		T(test_journal__imported_partial_write_needs_fill),
+		T(test_journal__chunk_state_machine),
+		T(test_journal__write_while_inflight_stays_dirty),
+		T(test_journal__truncate_drops_chunks),
+		T(test_journal__unlinked_node_is_not_claimed),
+		T(test_journal__recovery_resends_only_inflight),
+		T(test_journal__crash_with_chunks_in_flight),
+		T(test_journal__group_commit_survives_crash),
+		T(test_journal__writes_share_one_commit),
+		T(test_journal__ops_wait_for_their_directory),
+		T(test_journal__ops_after_dir_rename_wait),
+		T(test_journal__ops_exchange),
+		T(test_journal__ops_same_name_in_order),
+		T(test_journal__op_fail_and_reopen),
+		T(test_journal__concurrent_writers_and_flusher),
+		T(test_journal__concurrent_fill_and_write),
+		T(test_journal__open_100k_pending_nodes_is_fast),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
