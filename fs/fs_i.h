@@ -31,7 +31,9 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stddef.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 
 struct rmt_file;
 
@@ -152,6 +154,29 @@ bool fs_itab_keep_cache(struct fs_itab *t, struct fs_inode *ino,
  * mtime without invalidating. */
 void fs_itab_cache_update(struct fs_itab *t, struct fs_inode *ino,
 			  const struct stat *st);
+
+/* --- the control socket (ctl.c) -------------------------------------- */
+
+struct fs_ctl;
+
+/* Answer one command line into @reply (a JSON object, no newline).
+ * Runs on the control thread. Return 0, or -errno for a generic error. */
+typedef int (*fs_ctl_handler)(void *arg, const char *cmd, char *reply,
+			      size_t size);
+
+/* Listen for the mount at the absolute, symlink-free path @mountpoint
+ * (call once it is mounted). Caller owns *out; stop with fs_ctl_stop(). */
+int fs_ctl_start(const char *mountpoint, fs_ctl_handler handler, void *arg,
+		 struct fs_ctl **out);
+void fs_ctl_stop(struct fs_ctl *c);
+/* Client: send @cmd to the mount at @mountpoint and read its one-line
+ * reply. Errors: -ENOENT (nothing mounted there), -ECONNREFUSED (no
+ * ferryfs daemon listening), -EACCES (not ours to ask). */
+int fs_ctl_call(const char *mountpoint, const char *cmd, char *reply,
+		size_t size);
+/* The mount points of every ferryfs mount this process sees; returns the
+ * count (at most @max). */
+int fs_ctl_list(char mounts[][4096], int max);
 
 /* Check invariants 1-4; abort() with a BUG line if broken (tests). */
 void fs_itab_assert_sane(struct fs_itab *t);

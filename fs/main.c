@@ -1,26 +1,192 @@
 /*
- * main.c - the ferryfs command: parse the command line, print help or the
- * version, or run the daemon (fs_run). One clear line on stderr and a
- * non-zero exit for anything wrong before the mount.
+ * main.c - the ferryfs command.
+ *
+ *   ferryfs [mount] REMOTE MOUNTPOINT [options]   run the daemon (fs_run)
+ *   ferryfs status [MOUNTPOINT] [--json]           ask mounts (ctl.c)
+ *   ferryfs flush MOUNTPOINT [--wait]
+ *   ferryfs pause|resume MOUNTPOINT
+ *
+ * One clear line on stderr and a non-zero exit for anything wrong.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
 
 #include "fs.h"
+#include "fs_i.h"
 #include "log.h"
+
+#define MAX_MOUNTS 64
+
+/* The number after "key": in a flat JSON object, or -1. */
+static long long json_num(const char *json, const char *key)
+{
+	char pat[64];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\": ", key);
+	p = strstr(json, pat);
+	return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
+}
+
+/* The string after "key": (no escapes in our replies), or "". */
+static void json_str(const char *json, const char *key, char *out,
+		     size_t size)
+{
+	char pat[64];
+	const char *p, *end;
+	size_t n;
+
+	out[0] = '\0';
+	snprintf(pat, sizeof(pat), "\"%s\": \"", key);
+	p = strstr(json, pat);
+	if (!p)
+		return;
+	p += strlen(pat);
+	end = strchr(p, '"');
+	n = end ? (size_t)(end - p) : strlen(p);
+	if (n >= size)
+		n = size - 1;
+	memcpy(out, p, n);
+	out[n] = '\0';
+}
+
+static bool json_ok(const char *json)
+{
+	return strstr(json, "\"ok\": true") != NULL;
+}
+
+static void human_bytes(long long b, char *out, size_t size)
+{
+	const char *unit[] = { "B", "KB", "MB", "GB", "TB" };
+	double v = (double)b;
+	int i = 0;
+
+	while (v >= 1000 && i < 4) {
+		v /= 1000;
+		i++;
+	}
+	snprintf(out, size, i ? "%.1f %s" : "%.0f %s", v, unit[i]);
+}
+
+static void print_status(const char *reply)
+{
+	char mnt[4096], remote[4096], mode[64], pend[32], rd[32], wr[32];
+
+	json_str(reply, "mountpoint", mnt, sizeof(mnt));
+	json_str(reply, "remote", remote, sizeof(remote));
+	json_str(reply, "mode", mode, sizeof(mode));
+	human_bytes(json_num(reply, "pending_bytes"), pend, sizeof(pend));
+	human_bytes(json_num(reply, "remote_bytes_read"), rd, sizeof(rd));
+	human_bytes(json_num(reply, "remote_bytes_written"), wr, sizeof(wr));
+	printf("%s  (%s, %s)\n", mnt, remote, mode);
+	printf("  pending: %s in %lld files, %lld ops; paused: %s\n", pend,
+	       json_num(reply, "pending_files"), json_num(reply, "pending_ops"),
+	       strstr(reply, "\"paused\": true") ? "yes" : "no");
+	printf("  errors: %lld, retries: %lld, conflicts: %lld\n",
+	       json_num(reply, "errors"), json_num(reply, "retries"),
+	       json_num(reply, "conflicts"));
+	printf("  remote: %s read, %s written, %lld operations\n", rd, wr,
+	       json_num(reply, "remote_ops"));
+}
+
+/* One command to one mount; prints the reply. Returns the exit status. */
+static int ask(const char *mnt, const char *cmd, bool json)
+{
+	char reply[8192], err[512];
+	int rc = fs_ctl_call(mnt, cmd, reply, sizeof(reply));
+
+	if (rc < 0) {
+		fprintf(stderr, "ferryfs: cannot reach the ferryfs mount at "
+				"'%s': %s\n",
+			mnt,
+			rc == -ENOENT || rc == -ECONNREFUSED
+				? "not a ferryfs mount"
+				: strerror(-rc));
+		return 1;
+	}
+	if (json) {
+		printf("%s\n", reply);
+		return json_ok(reply) ? 0 : 1;
+	}
+	if (!json_ok(reply)) {
+		json_str(reply, "error", err, sizeof(err));
+		fprintf(stderr, "ferryfs: %s: %s\n", cmd, err);
+		return 1;
+	}
+	if (!strcmp(cmd, "status"))
+		print_status(reply);
+	else if (!strncmp(cmd, "flush", 5))
+		printf("%s: %lld bytes and %lld operations pending\n", mnt,
+		       json_num(reply, "pending_bytes"),
+		       json_num(reply, "pending_ops"));
+	else
+		printf("%s: %sd\n", mnt, cmd);
+	return 0;
+}
+
+static int cli_ctl(int argc, char *argv[])
+{
+	const char *verb = argv[1], *mnt = NULL;
+	bool json = false, wait = false;
+	int i, status = 0;
+
+	for (i = 2; i < argc; i++) {
+		if (!strcmp(argv[i], "--json") && !strcmp(verb, "status")) {
+			json = true;
+		} else if (!strcmp(argv[i], "--wait") &&
+			   !strcmp(verb, "flush")) {
+			wait = true;
+		} else if (argv[i][0] != '-' && !mnt) {
+			mnt = argv[i];
+		} else {
+			fprintf(stderr, "ferryfs: %s: unexpected argument "
+					"'%s' (try 'ferryfs --help')\n",
+				verb, argv[i]);
+			return 2;
+		}
+	}
+	if (mnt)
+		return ask(mnt, !strcmp(verb, "flush") && wait ? "flush-wait"
+							       : verb,
+			   json);
+	if (strcmp(verb, "status")) {
+		fprintf(stderr, "ferryfs: %s: missing MOUNTPOINT\n", verb);
+		return 2;
+	}
+	{
+		static char mounts[MAX_MOUNTS][4096];
+		int n = fs_ctl_list(mounts, MAX_MOUNTS);
+
+		if (n <= 0) {
+			fprintf(stderr, "ferryfs: no ferryfs mount\n");
+			return 1;
+		}
+		for (i = 0; i < n; i++)
+			status |= ask(mounts[i], "status", json);
+	}
+	return status;
+}
 
 int main(int argc, char *argv[])
 {
 	struct fuse_args args;
 	struct fs_opts o;
 	char err[512];
-	int status;
-	int rc = fs_opts_parse(argc, argv, &args, &o, err, sizeof(err));
+	int status, rc;
 
+	if (argc > 1 && (!strcmp(argv[1], "status") ||
+			 !strcmp(argv[1], "flush") ||
+			 !strcmp(argv[1], "pause") ||
+			 !strcmp(argv[1], "resume")))
+		return cli_ctl(argc, argv);
+
+	rc = fs_opts_parse(argc, argv, &args, &o, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "ferryfs: %s\n", err[0] ? err : strerror(-rc));
 		status = 2;

@@ -43,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -67,6 +68,9 @@ struct fs {
 	bool use_fd;             /* the remote gives kernel fds: splice */
 	bool warned_chown;       /* protected by nothing: a benign race */
 	struct fuse_session *se; /* immutable after start */
+	char *mnt_abs;           /* absolute mount point; immutable */
+	struct fs_ctl *ctl;      /* the control socket, or NULL */
+	struct timespec started; /* immutable */
 };
 
 /* A directory listing, snapshot at opendir (and at rewind). */
@@ -761,9 +765,19 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		/* let libfuse splice from the file into /dev/fuse */
 		struct fuse_bufvec bv = FUSE_BUFVEC_INIT(size);
 
+		struct stat st;
+
 		bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 		bv.buf[0].fd = fd;
 		bv.buf[0].pos = off;
+		/* count first: once replied, a release may free h */
+		if (rmt_file_stat(h->file, &st) == 0 && st.st_size > off)
+			rmt_file_count_read(h->file,
+					    (uint64_t)st.st_size - (uint64_t)off <
+							    size
+						    ? (uint64_t)st.st_size -
+							      (uint64_t)off
+						    : size);
 		fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
 		return;
 	}
@@ -850,6 +864,8 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino,
 		rc = fuse_buf_copy(&out, in, 0);
 		if (rc >= 0 && (size_t)rc != size)
 			rc = -EIO;
+		if (rc > 0)
+			rmt_file_count_write(h->file, (uint64_t)rc);
 	} else {
 		buf = malloc(size ? size : 1);
 		if (!buf) {
@@ -1151,12 +1167,26 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 
 /* --- extended attributes --------------------------------------------- */
 
+/*
+ * user.ferryfs.state: what ferryfs holds of a file. Answered here, never
+ * stored on the share, not listed (so cp -a and rsync -X do not copy it),
+ * read-only. Write-through: everything is on the share: "clean".
+ */
+#define FS_STATE_XATTR "user.ferryfs.state"
+
+static bool is_state_xattr(const char *name)
+{
+	return !strncmp(name, "user.ferryfs.", 13);
+}
+
+
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			const char *value, size_t size, int flags)
 {
 	struct fs *fs = fs_of(req);
 	char path[PATH_MAX];
-	int rc = checked_path(fs, inode_of(fs, ino), path);
+	int rc = is_state_xattr(name) ? -EPERM
+				      : checked_path(fs, inode_of(fs, ino), path);
 
 	if (rc == 0)
 		rc = rmt_setxattr(fs->rmt, path, name, value, size, flags);
@@ -1180,6 +1210,20 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 {
 	struct fs *fs = fs_of(req);
 	char path[PATH_MAX];
+
+	if (is_state_xattr(name)) {
+		static const char state[] = "clean";
+
+		if (strcmp(name, FS_STATE_XATTR))
+			fuse_reply_err(req, ENODATA);
+		else if (size == 0)
+			fuse_reply_xattr(req, sizeof(state) - 1);
+		else if (size < sizeof(state) - 1)
+			fuse_reply_err(req, ERANGE);
+		else
+			fuse_reply_buf(req, state, sizeof(state) - 1);
+		return;
+	}
 	char *buf = size ? malloc(size) : NULL;
 	ssize_t n = (size && !buf) ? -ENOMEM : path_of(fs, ino, NULL, path);
 
@@ -1206,7 +1250,8 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
 	struct fs *fs = fs_of(req);
 	char path[PATH_MAX];
-	int rc = checked_path(fs, inode_of(fs, ino), path);
+	int rc = is_state_xattr(name) ? -EPERM
+				      : checked_path(fs, inode_of(fs, ino), path);
 
 	if (rc == 0)
 		rc = rmt_removexattr(fs->rmt, path, name);
@@ -1249,6 +1294,58 @@ static const struct fuse_lowlevel_ops fs_ops = {
 	.lseek = op_lseek,
 	.copy_file_range = op_copy_file_range,
 };
+
+/* --- the control socket --------------------------------------------- */
+
+/*
+ * Commands of `ferryfs status|flush|pause|resume` (ctl.c). Write-through:
+ * nothing is ever pending, so a flush is done at once and there is no
+ * queue to pause; the reply says so instead of pretending.
+ */
+static int ctl_handle(void *arg, const char *cmd, char *reply, size_t size)
+{
+	struct fs *fs = arg;
+	struct rmt_counters rc;
+	struct timespec now;
+
+	if (!strcmp(cmd, "status")) {
+		rmt_counters(fs->rmt, &rc);
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		snprintf(reply, size,
+			 "{\"ok\": true, \"mountpoint\": \"%s\", "
+			 "\"remote\": \"%s\", \"mode\": \"write-through\", "
+			 "\"paused\": false, \"pending_bytes\": 0, "
+			 "\"pending_files\": 0, \"pending_ops\": 0, "
+			 "\"streams\": [], \"retries\": 0, \"errors\": 0, "
+			 "\"conflicts\": 0, \"resent_bytes\": 0, "
+			 "\"remote_bytes_read\": %llu, "
+			 "\"remote_bytes_written\": %llu, "
+			 "\"remote_ops\": %llu, \"uptime_s\": %lld}",
+			 fs->mnt_abs, rmt_id(fs->rmt),
+			 (unsigned long long)rc.bytes_read,
+			 (unsigned long long)rc.bytes_written,
+			 (unsigned long long)rc.ops,
+			 (long long)(now.tv_sec - fs->started.tv_sec));
+		return 0;
+	}
+	if (!strcmp(cmd, "flush") || !strcmp(cmd, "flush-wait")) {
+		snprintf(reply, size,
+			 "{\"ok\": true, \"pending_bytes\": 0, "
+			 "\"pending_ops\": 0}");
+		return 0;
+	}
+	if (!strcmp(cmd, "pause") || !strcmp(cmd, "resume")) {
+		snprintf(reply, size,
+			 "{\"ok\": false, \"error\": \"write-through mode: "
+			 "every operation goes straight to the remote, there "
+			 "is no queue to %s\"}",
+			 cmd);
+		return 0;
+	}
+	snprintf(reply, size,
+		 "{\"ok\": false, \"error\": \"unknown command\"}");
+	return 0;
+}
 
 /* --- the daemon ------------------------------------------------------ */
 
@@ -1294,6 +1391,10 @@ int fs_run(struct fuse_args *args, const struct fs_opts *o)
 			o->mountpoint, strerror(rc));
 		goto out_itab;
 	}
+	/* before mounting: afterwards resolving it would ask ourselves */
+	if (strncmp(o->mountpoint, "/dev/fd/", 8))
+		fs.mnt_abs = realpath(o->mountpoint, NULL);
+	clock_gettime(CLOCK_MONOTONIC, &fs.started);
 	se = fuse_session_new(args, &fs_ops, sizeof(fs_ops), &fs);
 	if (!se)
 		goto out_itab; /* libfuse said why, in one line */
@@ -1307,6 +1408,14 @@ int fs_run(struct fuse_args *args, const struct fs_opts *o)
 	}
 	if (fuse_daemonize(o->foreground) != 0)
 		goto out_unmount;
+	if (fs.mnt_abs) {
+		/* after the fork of daemonize: threads do not survive it */
+		rc = fs_ctl_start(fs.mnt_abs, ctl_handle, &fs, &fs.ctl);
+		if (rc < 0)
+			LOG_WARN("no control socket for '%s' (ferryfs status "
+				 "will not reach it): %s",
+				 fs.mnt_abs, strerror(-rc));
+	}
 	if (o->single_thread) {
 		rc = fuse_session_loop(se);
 	} else {
@@ -1323,12 +1432,14 @@ int fs_run(struct fuse_args *args, const struct fs_opts *o)
 	status = (rc == 0 || rc == SIGTERM || rc == SIGINT || rc == SIGHUP) ? 0
 									    : 1;
 out_unmount:
+	fs_ctl_stop(fs.ctl);
 	fuse_session_unmount(se);
 out_signals:
 	fuse_remove_signal_handlers(se);
 out_session:
 	fuse_session_destroy(se);
 out_itab:
+	free(fs.mnt_abs);
 	fs_itab_free(fs.itab);
 out_rmt:
 	rmt_close(fs.rmt);

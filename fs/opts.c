@@ -218,6 +218,9 @@ void fs_usage(const char *progname)
 {
 	printf("usage: %s mount REMOTE MOUNTPOINT [options]\n"
 	       "       %s REMOTE MOUNTPOINT [options]   (mount.fuse3, fstab)\n"
+	       "       ferryfs status [MOUNTPOINT] [--json]\n"
+	       "       ferryfs flush MOUNTPOINT [--wait]\n"
+	       "       ferryfs pause|resume MOUNTPOINT\n"
 	       "\n"
 	       "Mount the share REMOTE (a mounted directory) at MOUNTPOINT.\n"
 	       "\n"

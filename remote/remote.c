@@ -122,6 +122,18 @@ void rmt_counters(const struct rmt *r, struct rmt_counters *out)
 	out->faults = atomic_load_explicit(&c->faults, memory_order_relaxed);
 }
 
+void rmt_file_count_read(struct rmt_file *f, uint64_t n)
+{
+	atomic_fetch_add_explicit(&f->r->cnt.bytes_read, n,
+				  memory_order_relaxed);
+}
+
+void rmt_file_count_write(struct rmt_file *f, uint64_t n)
+{
+	atomic_fetch_add_explicit(&f->r->cnt.bytes_written, n,
+				  memory_order_relaxed);
+}
+
 void rmt_count_fault(struct rmt *r)
 {
 	count(&r->cnt.faults, 1);

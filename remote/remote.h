@@ -141,6 +141,11 @@ struct rmt_counters {
 };
 
 void rmt_counters(const struct rmt *r, struct rmt_counters *out);
+/* Count @n bytes read by a caller through rmt_file_fd() itself (splice),
+ * so rmt_counters() still sees every byte. */
+void rmt_file_count_read(struct rmt_file *f, uint64_t n);
+/* The same for bytes written through rmt_file_fd(). */
+void rmt_file_count_write(struct rmt_file *f, uint64_t n);
 
 /*
  * Check a relative path: 0, or -EINVAL for NULL, "/x", "a//b", "a/./b",
