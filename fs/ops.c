@@ -34,6 +34,38 @@
  *     and the pages other descriptors of the file cached are dropped after
  *     each direct write (write_direct_done()). The kernel then leaves
  *     clearing setuid/setgid on write to us (clear_suid()).
+ *
+ * Write-back over the journal (issue 3; journal/ and its flusher exist,
+ * these operations do not use them yet). The plan, so the next change
+ * fits what is here:
+ *  W1. An inode gains a journal id (0 = a remote object the journal does
+ *      not know). The table is keyed by remote (dev, ino) AND by journal id:
+ *      an object imported into the journal keeps its struct fs_inode (one
+ *      kernel inode per object: st_ino and hard links stay right); a node
+ *      created here has only the id (st_ino = its id with the top bit set,
+ *      never a remote number).
+ *  W2. lookup(parent, name): a parent with an id asks jnl_lookup() first:
+ *      an entry -> the node's attributes (jnl_node_get); a whiteout ->
+ *      ENOENT; unknown -> the remote at jnl_node_rpath(parent)/name, or
+ *      ENOENT at once under a LOCAL parent. A parent without an id asks the
+ *      remote by path, as today. Nothing is imported by a lookup (an LMDB
+ *      commit per name would cost more than the remote).
+ *  W3. Every change imports what it names first, parents up to the root
+ *      (jnl_node_import, one transaction per missing level; the table's
+ *      links give the chain), then calls jnl_mkdir/create/.../setattr and
+ *      answers from the node. rmdir and rename-over-a-directory check the
+ *      merged emptiness: remote listing minus whiteouts plus journal
+ *      entries.
+ *  W4. readdir merges the remote listing of jnl_node_rpath(dir) with
+ *      jnl_readdir(dir): whiteouts hide, entries add or replace.
+ *  W5. Data of a node: writes go to jnl_write; -ENODATA means a partial
+ *      chunk of an imported file: read that chunk from the remote,
+ *      jnl_chunk_fill, write again. Reads take jnl_read's chunks and read
+ *      the remote for the chunks it does not have. fsync = jnl_fsync_node
+ *      (-o sync=remote: also wait for the flusher). O_TRUNC = setattr size.
+ *  W6. user.ferryfs.state answers dirty/flushing/clean/error from the node
+ *      and its chunks; ferryfs status from jnl_stats and the flusher's.
+ *  W7. -o writeback=off keeps today's write-through path (the baseline).
  */
 #include <errno.h>
 #include <fcntl.h>
