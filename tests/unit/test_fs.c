@@ -18,12 +18,7 @@
 #include "fs.h"
 #include "fs_i.h"
 
-#define assert_rc_ok(expr)                                                 \
-	do {                                                               \
-		int rc_ = (expr);                                          \
-		if (rc_ < 0)                                               \
-			fail_msg("%s: %s", #expr, strerror(-rc_));         \
-	} while (0)
+#include "test_util.h"
 
 static struct stat mkst(uint64_t ino, mode_t type)
 {
