@@ -258,9 +258,11 @@ static int dirtyq_put(struct jnl_wtx *w, uint64_t dseq,
 	MDB_val k = { 8, kb }, v = { 16, (void *)key->b };
 
 	jnl_be64_put(kb, dseq);
-	if (in)
+	if (in) {
+		w->wake = true; /* a chunk to claim */
 		return jnl_mdb(w->j, mdb_put(w->txn, w->j->db_dirtyq, &k, &v,
 					     0));
+	}
 	return jnl_mdb(w->j, mdb_del(w->txn, w->j->db_dirtyq, &k, NULL));
 }
 
@@ -967,6 +969,9 @@ ssize_t jnl_read(struct jnl *j, jnl_id id, void *buf, size_t len, off_t off,
 		free(n);
 		return rc;
 	}
+	/* shared: "held" and the staging bytes cannot go away between the
+	 * look and the pread (truncate, jnl_node_clean take rw exclusive) */
+	pthread_rwlock_rdlock(&j->rw);
 	rc = span_look(j, id, &sp, &pn, n);
 	if (rc)
 		goto out;
@@ -994,6 +999,7 @@ ssize_t jnl_read(struct jnl *j, jnl_id id, void *buf, size_t len, off_t off,
 	if (!rc && (uint64_t)got < count)
 		memset((char *)buf + got, 0, (size_t)(count - (uint64_t)got));
 out:
+	pthread_rwlock_unlock(&j->rw);
 	span_free(&sp);
 	free(n);
 	return rc < 0 ? rc : (ssize_t)count;
@@ -1020,6 +1026,14 @@ int jnl_fsync_node(struct jnl *j, jnl_id id)
 
 int jnl_chunk_claim(struct jnl *j, struct jnl_chunk_ref *out, int max)
 {
+	return jnl_chunk_claim_upto(j, out, max, UINT64_MAX);
+}
+
+int jnl_chunk_claim_upto(struct jnl *j, struct jnl_chunk_ref *out, int max,
+			 uint64_t max_bytes)
+{
+	uint64_t bytes = 0;
+	int nkeys = 0;
 	struct jnl_key16 *keys;
 	struct jnl_nrec *n;
 	struct jnl_wtx w;
@@ -1045,17 +1059,17 @@ int jnl_chunk_claim(struct jnl *j, struct jnl_chunk_ref *out, int max)
 		rc = jnl_mdb(j, rc);
 		goto out_abort;
 	}
-	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); !rc && count < max;
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); !rc && nkeys < max;
 	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
 		if (v.mv_size != 16) {
 			rc = MDB_CORRUPTED;
 			break;
 		}
-		memcpy(keys[count++].b, v.mv_data, 16);
+		memcpy(keys[nkeys++].b, v.mv_data, 16);
 	}
 	mdb_cursor_close(c);
 	rc = rc == MDB_NOTFOUND ? 0 : jnl_mdb(j, rc);
-	for (int i = 0; i < count && !rc; i++) {
+	for (int i = 0; i < nkeys && !rc; i++) {
 		jnl_id id = jnl_be64_get(keys[i].b);
 		uint64_t idx = jnl_be64_get(keys[i].b + 8);
 		struct jnl_chunk_rec old, nw;
@@ -1072,14 +1086,19 @@ int jnl_chunk_claim(struct jnl *j, struct jnl_chunk_ref *out, int max)
 		}
 		if (rc)
 			break;
+		if (count && bytes + old.length > max_bytes)
+			break; /* the first one always goes */
+		bytes += old.length;
 		nw = old;
 		nw.state = JNL_CHUNK_INFLIGHT;
 		nw.claim_gen = old.generation;
+		/* DIRTY -> INFLIGHT: n's unflushed count stays */
 		rc = chunk_move(&w, id, n, idx, &old, &nw);
-		out[i].id = id;
-		out[i].index = idx;
-		out[i].generation = old.generation;
-		out[i].length = old.length;
+		out[count].id = id;
+		out[count].index = idx;
+		out[count].generation = old.generation;
+		out[count].length = old.length;
+		count++;
 	}
 	if (rc)
 		goto out_abort;
@@ -1132,6 +1151,17 @@ int jnl_chunk_release(struct jnl *j, const struct jnl_chunk_ref *c, bool ok,
 	rc = chunk_move(&w, c->id, n, c->index, &old, &nw);
 	if (!rc)
 		rc = jnl_node_write(j, w.txn, c->id, n);
+	if (!rc && nw.state == JNL_CHUNK_FLUSHED && !n->r.unflushed &&
+	    jnl_node_claimable(&n->r)) {
+		/* the node's last chunk went out: finish it (journal.h) */
+		struct jnl_orec o;
+		uint64_t seq;
+
+		memset(&o, 0, sizeof(o));
+		o.r.type = JNL_OP_FINISH;
+		o.r.id = c->id;
+		rc = jnl_op_append(&w, &o, &seq);
+	}
 	if (rc)
 		goto out_abort;
 	rc = jnl_wtx_commit(&w);
@@ -1142,4 +1172,150 @@ out_abort:
 out_free:
 	free(n);
 	return rc;
+}
+
+/* --- clean ---------------------------------------------------------------------- */
+
+/* May node @n (read in some transaction) be cleaned? 0 yes, 1 nothing to
+ * clean (not a regular file), -EBUSY not yet (journal.h). */
+static int clean_ok(const struct jnl_nrec *n)
+{
+	if (!S_ISREG(n->r.mode))
+		return 1;
+	if ((n->r.flags & (JNL_NODE_LOCAL | JNL_NODE_UNLINKED)) ||
+	    !n->r.rparent || n->r.unflushed || n->r.nops)
+		return -EBUSY;
+	return 0;
+}
+
+/* Has node @id a mark in pend? lock held, and commit_lock (committing is
+ * empty then). */
+static bool pend_has_node(struct jnl *j, jnl_id id)
+{
+	for (size_t i = 0; i < j->pend.cap; i++) {
+		const struct jnl_pent *e = &j->pend.e[i];
+
+		if ((e->flags & JNL_PENT_USED) && e->id == id &&
+		    (e->flags & ~(unsigned int)JNL_PENT_USED))
+			return true;
+	}
+	return false;
+}
+
+/* Does node @id have a chunk record? */
+static int has_chunks(struct jnl *j, MDB_txn *txn, jnl_id id)
+{
+	struct jnl_key16 kk = jnl_key16(id, 0);
+	MDB_val k = { 16, kk.b }, v;
+	MDB_cursor *c;
+	int rc;
+
+	rc = mdb_cursor_open(txn, j->db_chunks, &c);
+	if (rc)
+		return jnl_mdb(j, rc);
+	rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+	mdb_cursor_close(c);
+	if (rc == MDB_NOTFOUND)
+		return 0;
+	if (rc)
+		return jnl_mdb(j, rc);
+	return k.mv_size == 16 && jnl_be64_get(k.mv_data) == id;
+}
+
+/* Close the cached staging fd of @id and remove data/<id>. commit_lock and
+ * rw exclusive held: nobody uses the fd (every user holds one of them). */
+static void staging_remove(struct jnl *j, jnl_id id)
+{
+	char name[24];
+	int fd = -1, rc;
+
+	pthread_mutex_lock(&j->lock);
+	for (int i = 0; i < JNL_FD_SLOTS; i++) {
+		struct jnl_fdslot *s = &j->fds[i];
+
+		if (s->id != id)
+			continue;
+		if (s->refs)
+			BUG("staging fd of node %" PRIu64 " in use while "
+			    "cleaning it", id);
+		fd = s->fd;
+		s->id = 0;
+	}
+	pthread_mutex_unlock(&j->lock);
+	if (fd >= 0)
+		close(fd);
+	snprintf(name, sizeof(name), "%" PRIu64, id);
+	rc = unlinkat(j->datafd, name, 0) < 0 ? -errno : 0;
+	if (rc && rc != -ENOENT) /* harmless: see jnl_node_clean() */
+		LOG_WARN("cannot remove staging file of node %" PRIu64
+			 " in '%s': %s", id, j->dir, strerror(-rc));
+}
+
+int jnl_node_clean(struct jnl *j, jnl_id id)
+{
+	struct jnl_chunk_rec *recs = NULL;
+	uint64_t *idx = NULL;
+	struct jnl_nrec *n;
+	struct jnl_wtx w;
+	size_t count = 0;
+	MDB_txn *txn;
+	int rc;
+
+	n = malloc(sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	/* a cheap look first: most calls find nothing to do */
+	rc = jnl_rtx_begin(j, &txn);
+	if (rc)
+		goto out_free;
+	rc = jnl_node_read(j, txn, id, n);
+	if (!rc)
+		rc = clean_ok(n);
+	if (!rc) {
+		rc = has_chunks(j, txn, id);
+		rc = rc < 0 ? rc : !rc;
+	}
+	mdb_txn_abort(txn);
+	if (rc)
+		goto out_free;
+
+	/* no mark between memory and LMDB (commit_lock), no writer, reader
+	 * or filler between its look and its I/O (rw exclusive) */
+	pthread_mutex_lock(&j->commit_lock);
+	pthread_rwlock_wrlock(&j->rw);
+	pthread_mutex_lock(&j->lock);
+	rc = pend_has_node(j, id) ? -EBUSY : 0;
+	pthread_mutex_unlock(&j->lock);
+	if (rc)
+		goto out_unlock;
+	rc = jnl_wtx_begin(j, &w, false);
+	if (rc)
+		goto out_unlock;
+	rc = jnl_node_read(j, w.txn, id, n);
+	if (!rc)
+		rc = clean_ok(n);
+	if (!rc)
+		rc = chunks_of(&w, id, 0, &idx, &recs, &count);
+	for (size_t i = 0; i < count && !rc; i++)
+		rc = chunk_move(&w, id, n, idx[i], &recs[i], NULL);
+	if (!rc) {
+		/* the remote holds the merged content now: read it there */
+		n->r.rvalid = n->r.size;
+		rc = jnl_node_write(j, w.txn, id, n);
+	}
+	if (rc) {
+		jnl_wtx_abort(&w);
+		goto out_unlock;
+	}
+	rc = jnl_wtx_commit(&w);
+	if (!rc)
+		staging_remove(j, id); /* after the commit: see journal.h */
+out_unlock:
+	pthread_rwlock_unlock(&j->rw);
+	pthread_mutex_unlock(&j->commit_lock);
+out_free:
+	free(idx);
+	free(recs);
+	free(n);
+	return rc == 1 ? 0 : rc;
 }

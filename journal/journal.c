@@ -4,8 +4,8 @@
  * the record layouts and the split into files are in journal_i.h.
  *
  * Callers: fs/ (every write and namespace change through the mount), the
- * flusher (claim/release, ops_ready/ack), `ferryfs status` (jnl_stats), and
- * recovery tools, which open a journal without a mount.
+ * flusher (flush.c: claim/release, ops_ready/ack, clean), `ferryfs status`
+ * (jnl_stats), and recovery tools, which open a journal without a mount.
  *
  * ON DISK
  *
@@ -36,6 +36,8 @@
  *                                                              v       |
  *     (no record) ---- jnl_chunk_fill() ------------------> FLUSHED ---+
  *                                                       (a later write)
+ *     (no record) <--- jnl_node_clean() (every chunk of the node FLUSHED,
+ *                      no op of it pending: FINISH acknowledged) --- FLUSHED
  *
  *   A write to an INFLIGHT chunk changes its generation and leaves it
  *   INFLIGHT: one flusher per chunk at a time; the release sends it back to
@@ -87,6 +89,14 @@
  *     memory into LMDB is never missed in between.
  * 12. Handed-out ops live only in memory (j->handed): after a crash they
  *     are pending again, and replay is idempotent (journal.h).
+ * 13. The release that makes a node's last chunk that is not FLUSHED
+ *     FLUSHED appends the node's FINISH op in the same transaction (if the
+ *     node still has a name): a node whose data all went out always has
+ *     its finishing op logged, crash or not.
+ * 14. jnl_node_clean() drops chunk records only of a node with unflushed
+ *     0, nops 0 and no mark in pend, and sets its rvalid to its size: the
+ *     remote then holds all of its merged content, so the chunks no longer
+ *     held are read there (and partial writes fill first).
  *
  * DURABILITY
  *
@@ -110,12 +120,17 @@
  *
  *   commit_lock -> rw -> lock (journal_i.h). The group commit holds
  *   commit_lock across its fdatasyncs and its transaction, and jnl_setattr()
- *   across its transaction, so that no mark is between memory and LMDB
- *   while it edits a node's chunks. LMDB serialises write transactions
- *   itself; every decision that combines LMDB state with
- *   in-memory sets (handed-out ops, cancellation of a pending create) is
- *   taken inside a write transaction, so it sees the latest commit.
- *   No lock is held across a remote call: the journal makes none.
+ *   and jnl_node_clean() across theirs, so that no mark is between memory
+ *   and LMDB while they edit a node's chunks. jnl_read() holds rw shared
+ *   from its look at "held" to its pread, so a clean or truncate (rw
+ *   exclusive) cannot take the staging bytes away in between. The
+ *   flusher's wake-up hook runs at the end of jnl_wtx_commit() under lock
+ *   (lock -> the flusher's own lock; it never calls the journal). LMDB
+ *   serialises write transactions itself; every decision that combines
+ *   LMDB state with in-memory sets (handed-out ops, cancellation of a
+ *   pending create) is taken inside a write transaction, so it sees the
+ *   latest commit. No lock is held across a remote call: the journal
+ *   makes none (flush.c, which does, holds none of these across one).
  */
 #include <dirent.h>
 #include <stdarg.h>
@@ -251,6 +266,7 @@ int jnl_wtx_begin(struct jnl *j, struct jnl_wtx *w, bool grow)
 		return rc;
 	w->j = j;
 	w->m_dirty = false;
+	w->wake = false;
 	rc = grow ? map_low(j) : 0;
 	if (rc)
 		return rc;
@@ -295,8 +311,25 @@ int jnl_wtx_commit(struct jnl_wtx *w)
 		j->unsynced = true;
 		pthread_cond_signal(&j->cond);
 	}
+	if (w->wake && j->notify_fn)
+		j->notify_fn(j->notify_arg);
 	pthread_mutex_unlock(&j->lock);
 	return 0;
+}
+
+int jnl_notify_set(struct jnl *j, jnl_notify_fn fn, void *arg)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&j->lock);
+	if (fn && j->notify_fn) {
+		rc = -EBUSY;
+	} else {
+		j->notify_fn = fn;
+		j->notify_arg = fn ? arg : NULL;
+	}
+	pthread_mutex_unlock(&j->lock);
+	return rc;
 }
 
 int jnl_rtx_begin(struct jnl *j, MDB_txn **txn)
@@ -736,6 +769,7 @@ static int open_env(struct jnl *j, bool creating, unsigned int flags,
 
 	w.j = j;
 	w.m_dirty = false;
+	w.wake = false;
 	rc = mdb_txn_begin(j->env, NULL, 0, &w.txn);
 	if (rc)
 		return open_err(j, rc, "beginning a transaction");
@@ -805,6 +839,7 @@ static void jnl_free(struct jnl *j)
 	pthread_mutex_destroy(&j->lock);
 	pthread_rwlock_destroy(&j->rw);
 	pthread_mutex_destroy(&j->commit_lock);
+	free(j->remote_id);
 	free(j->dir);
 	free(j);
 }
@@ -833,7 +868,10 @@ int jnl_open(const char *dir, const struct jnl_config *cfg, unsigned int flags,
 		return -EINVAL;
 	}
 	j = calloc(1, sizeof(*j));
-	if (!j || !(j->dir = strdup(dir))) {
+	if (!j || !(j->dir = strdup(dir)) ||
+	    !(j->remote_id = strdup(cfg->remote_id))) {
+		if (j)
+			free(j->dir);
 		free(j);
 		set_errmsg("out of memory");
 		return -ENOMEM;
@@ -899,17 +937,34 @@ uint32_t jnl_chunk_size(const struct jnl *j)
 	return j->chunk_size;
 }
 
+const char *jnl_remote_id(const struct jnl *j)
+{
+	return j->remote_id;
+}
+
 int jnl_stats(struct jnl *j, struct jnl_stats *out)
 {
 	struct jnl_meta_rec m;
+	MDB_stat q, fl;
 	MDB_txn *txn;
+	uint64_t pend_new, marks;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
+	/* memory first, LMDB second (invariant 11): a mark that moves from
+	 * pend into LMDB in between is counted at least once */
+	pthread_mutex_lock(&j->lock);
+	pend_new = j->pend_new;
+	marks = j->pend.used + j->committing.used;
+	pthread_mutex_unlock(&j->lock);
 	rc = jnl_rtx_begin(j, &txn);
 	if (rc)
 		return rc;
 	rc = meta_get(j, txn, &m);
+	if (!rc)
+		rc = jnl_mdb(j, mdb_stat(txn, j->db_dirtyq, &q));
+	if (!rc)
+		rc = jnl_mdb(j, mdb_stat(txn, j->db_inflight, &fl));
 	mdb_txn_abort(txn);
 	if (rc)
 		return rc;
@@ -919,9 +974,10 @@ int jnl_stats(struct jnl *j, struct jnl_stats *out)
 	out->dirty_nodes = m.dirty_nodes;
 	out->pending_ops = m.pending_ops;
 	out->resent_bytes = j->resent_bytes;
-	pthread_mutex_lock(&j->lock);
-	out->dirty_bytes += j->pend_new; /* marks not committed yet */
-	pthread_mutex_unlock(&j->lock);
+	out->queued_chunks = q.ms_entries;
+	out->inflight_chunks = fl.ms_entries;
+	out->uncommitted = marks;
+	out->dirty_bytes += pend_new; /* marks not committed yet */
 	out->staging_bytes =
 		out->dirty_bytes + out->inflight_bytes + out->flushed_bytes;
 	return 0;

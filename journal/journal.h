@@ -57,10 +57,11 @@
  * Only chunks of nodes on the remote (create acknowledged, a name left) are
  * claimed: data of a file goes out after its create.
  *
- * When every chunk of a node is FLUSHED and its finishing op (truncate to
- * the final size, mode, the times the application set) is acknowledged,
- * jnl_node_clean() (a later slice) drops its chunk records and staging
- * file.
+ * When the last chunk of a node that is not FLUSHED becomes FLUSHED, the
+ * same transaction appends its FINISH op (truncate to the final size, mode,
+ * owner, the times the application set). When that op (and every other op
+ * naming the node) is acknowledged, jnl_node_clean() drops its chunk
+ * records and its staging file: the merged view then reads the remote.
  *
  * Op log. Namespace changes (mkdir, create, symlink, link, rename, unlink,
  * rmdir, setattr, finish) are appended with increasing sequence numbers and
@@ -103,7 +104,9 @@
  * Threads: every function may be called from any thread; the journal
  * serialises LMDB writes itself (one writer) and never holds its lock across
  * a remote call (it makes none: journal/ never calls remote/ except in the
- * flusher, flush.c, through its own API).
+ * flusher, flush.c, through its own API). The flusher ("the flusher" at the
+ * end) is optional: tests and tools drive claim/release and the op log by
+ * hand.
  */
 #ifndef FERRYFS_JOURNAL_H
 #define FERRYFS_JOURNAL_H
@@ -159,6 +162,9 @@ void jnl_close(struct jnl *j);
 const char *jnl_errmsg(void);
 
 uint32_t jnl_chunk_size(const struct jnl *j);
+/* The remote id the journal belongs to (jnl_config.remote_id, checked at
+ * open). Owned by j. */
+const char *jnl_remote_id(const struct jnl *j);
 /* Make every change so far durable (group commit now: fdatasync the
  * staging files with marks, commit, sync LMDB). Errors: -ENOSPC (the marks
  * stay pending and are retried), -EIO. */
@@ -320,11 +326,19 @@ struct jnl_chunk_ref {
  * Returns the count (0: none claimable). */
 #define JNL_CLAIM_MAX 4096
 int jnl_chunk_claim(struct jnl *j, struct jnl_chunk_ref *out, int max);
+/* The same, stopping before the chunk that would take the claimed lengths
+ * past @max_bytes (the first chunk is always claimed): the flusher claims
+ * one chunk size of bytes at a time, so a crash resends at most that much
+ * per stream. */
+int jnl_chunk_claim_upto(struct jnl *j, struct jnl_chunk_ref *out, int max,
+			 uint64_t max_bytes);
 /* The flusher is done with a claimed chunk: @ok with the SHA-256 of what
  * the remote now has -> FLUSHED if the generation is unchanged, else back
  * to DIRTY. Not @ok -> DIRTY (retried later, keeping its place in the
  * queue). A stale release (the chunk was truncated away, or is no longer
- * INFLIGHT under this claim) changes nothing and returns 0.
+ * INFLIGHT under this claim) changes nothing and returns 0. When this was
+ * the node's last chunk not FLUSHED (and the node still has a name), the
+ * node's FINISH op is appended in the same transaction.
  * Errors: -EINVAL (@ok without @sha256). */
 int jnl_chunk_release(struct jnl *j, const struct jnl_chunk_ref *c, bool ok,
 		      const unsigned char sha256[32]);
@@ -351,7 +365,10 @@ enum jnl_op_type {
  *                           with @flags (RENAME_NOREPLACE/EXCHANGE)
  *   SETATTR                 apply the @flags (enum jnl_set) attributes of
  *                           jnl_node_get(id) at rpath(id)
- *   FINISH                  (not appended yet) truncate, mode, times
+ *   FINISH                  the data of @id is all on the remote: truncate
+ *                           to its size, apply mode, owner, atime, mtime
+ *                           of jnl_node_get(id) at rpath(id) (appended by
+ *                           jnl_chunk_release(); its ack changes nothing)
  */
 struct jnl_op {
 	uint64_t seq;
@@ -381,6 +398,25 @@ int jnl_op_fail(struct jnl *j, uint64_t seq, bool fatal);
  * not acknowledged, or removed), -ENAMETOOLONG. */
 int jnl_node_rpath(struct jnl *j, jnl_id id, char *buf, size_t size);
 
+/*
+ * The remote has all of regular file @id: drop its chunk records (all
+ * FLUSHED) and its staging file; the merged view reads the remote for it
+ * from now on (its remote-valid size becomes its size, so a later partial
+ * write of a chunk asks for jnl_chunk_fill() like an imported file). Does
+ * it only when the node is on the remote (not LOCAL, not UNLINKED), has no
+ * chunk that is not FLUSHED, no write not committed yet and no pending op
+ * (so its FINISH was acknowledged); the flusher calls it after acking an
+ * op of the node. The records go in one transaction, the staging file after
+ * it: a crash in between leaves a staging file no record points at, which
+ * is harmless (no chunk of it is "held"; a later write that covers a chunk
+ * in part fills it first). Returns 0 also when there is nothing to clean
+ * (not a regular file, no chunk records). Errors: -EBUSY (not yet: one of
+ * the conditions above), -ENOENT, -ENOSPC, -EIO.
+ * Threads: takes the locks a truncate takes; briefly blocks writers of the
+ * journal (not only of this node) while it commits.
+ */
+int jnl_node_clean(struct jnl *j, jnl_id id);
+
 /* --- status ------------------------------------------------------------ */
 
 struct jnl_stats {
@@ -390,10 +426,174 @@ struct jnl_stats {
 	uint64_t resent_bytes; /* INFLIGHT chunks found at recovery by this
 				  jnl_open(), in bytes */
 	uint64_t staging_bytes; /* dirty + inflight + flushed */
+	uint64_t queued_chunks;   /* DIRTY chunks the flusher may claim now
+				     (of nodes on the remote, with a name) */
+	uint64_t inflight_chunks; /* INFLIGHT chunks */
+	uint64_t uncommitted;     /* chunk marks of writes not committed yet
+				     (0: every write so far is counted above) */
 };
 /* Counters as committed, plus the bytes of writes not committed yet in
  * dirty_bytes (which of those rewrite FLUSHED chunks is known only at the
  * commit); jnl_sync() first for exact figures. */
 int jnl_stats(struct jnl *j, struct jnl_stats *out);
+
+/* --- the flusher (flush.c) ------------------------------------------------ */
+
+/*
+ * The flusher drains a journal into its remote with N stream threads, each
+ * with its own connection (rmt_open(remote_spec, remote_opts)): many files
+ * go at once, and one big file is split across the streams.
+ *
+ * A stream replays ready ops first (jnl_ops_ready(): the journal orders
+ * dependent ops; independent ones go to different streams at once), then
+ * claims DIRTY chunks, at most one chunk size of bytes at a time
+ * (jnl_chunk_claim_upto()), so a crash resends at most streams x chunk size
+ * (jnl_stats.resent_bytes). A chunk: jnl_read() from staging, one
+ * rmt_file_pwrite() of all of it at jnl_node_rpath() (files stay open per
+ * stream, keyed by node, until idle or FINISH), fdatasync unless
+ * JNL_FLUSH_NO_FSYNC, read back and compared if JNL_FLUSH_VERIFY, then
+ * jnl_chunk_release() with the SHA-256 of what was sent.
+ *
+ * Op replay is idempotent, since a crash may replay an op the remote has:
+ *   MKDIR    EEXIST with a directory there is done; then mode (and owner
+ *            when running as root)
+ *   CREATE   open O_CREAT|O_TRUNC (no O_EXCL), then mode, owner, times.
+ *            Truncating is safe: chunks of a node are claimed only after
+ *            its create is acknowledged, so a replayed create (never
+ *            acknowledged) had no data sent yet; it also clears what an
+ *            earlier attempt or a stale file left there. Fifos and sockets:
+ *            mknod, EEXIST with the same type is done
+ *   SYMLINK  EEXIST with the same target is done; then times (and owner)
+ *   LINK     EEXIST naming the same remote inode is done
+ *   UNLINK, RMDIR  ENOENT is done
+ *   RENAME   ENOENT of the source while the target exists is done (the
+ *            rename happened before the crash); EEXIST of NOREPLACE while
+ *            the source is gone, the same. An EXCHANGE cannot be told done
+ *            from not done: replayed after a crash between the remote
+ *            rename and its acknowledgement, it swaps back (not handled)
+ *   SETATTR  the op's attributes from jnl_node_get(); a size change of a
+ *            regular file also sets atime/mtime (no FINISH may follow)
+ *   FINISH   size, mode, owner (when root), atime, mtime of the node: the
+ *            remote mtime is what the application saw, not the flush time
+ * SETATTR with a size and FINISH wait until no stream is writing a chunk
+ * of the node. Chunk paths are taken with a rename/unlink epoch, so a chunk
+ * never lands at a name an op is moving or removing meanwhile.
+ *
+ * Errors. A transient remote failure (EIO, ETIMEDOUT, ENOSPC, ECONNRESET,
+ * anything not listed below) puts the chunk back (DIRTY) or the op back
+ * (jnl_op_fail(retry)), counts an error and a retry, and makes the stream
+ * back off: 50 ms doubling to backoff_max_ms, state BACKOFF, until a call
+ * succeeds again. A permanent one (EACCES, EPERM, EROFS, ENOTDIR, EISDIR,
+ * EINVAL, ENOENT, EEXIST, ENOTEMPTY, ELOOP, ENAMETOOLONG, EXDEV, EFBIG,
+ * EMLINK, EOPNOTSUPP) drops an op (jnl_op_fail(fatal): its node is
+ * JNL_NODE_ERROR) and is logged once with the path; a chunk that fails so
+ * is kept claimed (INFLIGHT, "parked") and retried every 30 s, so it does
+ * not stop the queue behind it. The journal FAILED (-EIO) stops every
+ * stream (state STOPPED); jnl_flusher_wait() returns that error.
+ *
+ * Wake-ups: streams sleep until the journal commits work for them (a hook
+ * in the journal's commit), jnl_flusher_kick(), or 1 s (a fallback).
+ *
+ * Threads: every function may be called from any thread, except that
+ * jnl_flusher_stop() must not run at the same time as another call on the
+ * same flusher (it frees it). One flusher per journal at a time. Stop the
+ * flusher before jnl_close().
+ */
+struct jnl_flusher;
+
+#define JNL_FLUSH_STREAMS_MAX 64
+#define JNL_FLUSH_STREAMS_DEFAULT 4
+
+enum jnl_flush_flags {
+	JNL_FLUSH_NO_FSYNC = 1 << 0, /* no fdatasync after each chunk (a
+					share that reports errors at close
+					gets rmt_file_flush() instead) */
+	JNL_FLUSH_VERIFY = 1 << 1,   /* read each chunk back and compare its
+					SHA-256 with what was sent */
+};
+
+struct jnl_flush_config {
+	const char *remote_spec; /* rmt_open() spec; its rmt_id() must be
+				    jnl_remote_id() */
+	const char *remote_opts; /* rmt_open() options, may be NULL; each
+				    stream's connection gets them (so a
+				    remote_rate= there caps each stream) */
+	unsigned int streams;    /* 0 = JNL_FLUSH_STREAMS_DEFAULT */
+	uint64_t bwlimit;        /* chunk bytes/s of all streams together,
+				    0 = no limit (the flusher's own token
+				    bucket: works with every driver) */
+	unsigned int flags;      /* enum jnl_flush_flags */
+	unsigned int backoff_max_ms; /* 0 = 10,000 */
+};
+
+enum jnl_stream_state {
+	JNL_STREAM_IDLE = 0, /* nothing to do */
+	JNL_STREAM_FLUSHING, /* replaying an op or sending chunks */
+	JNL_STREAM_BACKOFF,  /* waiting after a remote error */
+	JNL_STREAM_PAUSED,   /* jnl_flusher_pause() */
+	JNL_STREAM_STOPPED,  /* exited: the journal FAILED */
+};
+
+struct jnl_stream_stats {
+	enum jnl_stream_state state;
+	uint64_t bytes;    /* chunk bytes sent and released */
+	uint64_t chunks;   /* chunks sent and released */
+	uint64_t ops;      /* ops replayed and acknowledged */
+	uint64_t errors;   /* failed calls (remote, or a verify mismatch) */
+	uint64_t retries;  /* chunks put back DIRTY, ops put back pending */
+	uint64_t rate_bps; /* chunk bytes/s over the last 2 s */
+	int last_error;    /* -errno of the last failure, 0 if none */
+	/* rmt_counters() of this stream's connection */
+	uint64_t remote_bytes_written, remote_bytes_read, remote_ops,
+		remote_faults;
+};
+
+struct jnl_flush_stats {
+	unsigned int streams;
+	bool paused;
+	int failed;            /* the journal's sticky error, or 0 */
+	uint64_t failed_ops;   /* ops dropped as permanent failures */
+	uint64_t parked;       /* chunks held back by a permanent failure */
+	/* sums over the streams */
+	uint64_t bytes, chunks, ops, errors, retries, rate_bps;
+	uint64_t remote_bytes_written;
+	struct jnl_stream_stats stream[JNL_FLUSH_STREAMS_MAX];
+};
+
+/*
+ * Open cfg->streams connections and start the streams (running, not
+ * paused). Caller owns *out; stop with jnl_flusher_stop().
+ * Errors: -EINVAL (no spec, streams > JNL_FLUSH_STREAMS_MAX), -EXDEV (the
+ * share is not the journal's), -EBUSY (the journal has a flusher), the
+ * errors of rmt_open(), -ENOMEM, -EAGAIN (no thread); on error nothing is
+ * left running and *out is NULL.
+ */
+int jnl_flusher_start(struct jnl *j, const struct jnl_flush_config *cfg,
+		      struct jnl_flusher **out);
+/* Stop every stream after the chunk or op it is on, put back what the
+ * streams hold (claimed chunks -> DIRTY, handed-out ops -> pending), close
+ * the connections and free @f. Nothing is marked FLUSHED that is not on
+ * the remote, nothing is lost. NULL is a no-op. */
+void jnl_flusher_stop(struct jnl_flusher *f);
+/* Streams finish the chunk or op they are on, put their claimed chunks
+ * back (DIRTY: jnl_stats.inflight_chunks drops to 0) and wait, state
+ * PAUSED; ops already handed out stay queued. Resume makes them go on. */
+void jnl_flusher_pause(struct jnl_flusher *f);
+void jnl_flusher_resume(struct jnl_flusher *f);
+/* Work is there, or the remote is back: wake every stream now, cutting
+ * short a backoff and retrying parked chunks. */
+void jnl_flusher_kick(struct jnl_flusher *f);
+/*
+ * Wait until nothing is pending: no claimable DIRTY chunk, no INFLIGHT
+ * chunk, no op, no uncommitted write (jnl_stats). DIRTY chunks of nodes
+ * that cannot be flushed (no name left, or their create failed for good:
+ * JNL_NODE_ERROR) do not count: see failed_ops in jnl_flusher_stats().
+ * @timeout_ms < 0 waits for ever. Returns 0, -ETIMEDOUT, or the journal's
+ * sticky error.
+ */
+int jnl_flusher_wait(struct jnl_flusher *f, int timeout_ms);
+/* A snapshot of the counters (each field consistent, not all at one
+ * instant). Returns 0. */
+int jnl_flusher_stats(struct jnl_flusher *f, struct jnl_flush_stats *out);
 
 #endif

@@ -13,6 +13,8 @@
  *   ops.c      the op log: append, ready (dependency order), ack, fail,
  *              remote paths
  *   check.c    jnl_assert_sane(): every invariant of journal.c by full scan
+ *   flush.c    the flusher: stream threads that replay ops and send chunks
+ *              through remote/ (the only file of journal/ that calls it)
  *
  * Records are host-endian binary structs with a version field: a journal
  * lives on local disk and is read by the machine that wrote it. Keys are
@@ -227,6 +229,9 @@ void jnl_u64set_free(struct jnl_u64set *s);
 
 /* --- the open journal ---------------------------------------------------- */
 
+/* The flusher's wake-up hook (jnl_notify_set() below). */
+typedef void (*jnl_notify_fn)(void *arg);
+
 #define JNL_FD_SLOTS 64
 #define JNL_OPS_WINDOW 16384 /* ops examined per jnl_ops_ready() call */
 
@@ -278,8 +283,23 @@ struct jnl {
 	struct jnl_u64set handed;        /* seqs of handed-out ops; lock */
 	uint64_t staged;                 /* committed staging bytes; lock */
 	uint64_t staged_txnid;           /* txn that set staged; lock */
+	jnl_notify_fn notify_fn;         /* jnl_notify_set(); lock */
+	void *notify_arg;                /* lock */
+	char *remote_id;                 /* immutable: cfg->remote_id */
 	pthread_t thread;
 };
+
+/*
+ * The flusher's wake-up hook: after every committed write transaction that
+ * made work for it (an op appended or deleted, a chunk put in dirtyq),
+ * jnl_wtx_commit() calls fn(arg) with j->lock held (so lock order:
+ * j->lock, then whatever fn takes). fn must be short, must not call the
+ * journal, and must not block on anything that may wait for the journal:
+ * signal a condition variable and return. Only one hook at a time:
+ * -EBUSY if one is set and @fn is not NULL; fn NULL clears it, and once
+ * that returns no call of the old hook is running or will start.
+ */
+int jnl_notify_set(struct jnl *j, jnl_notify_fn fn, void *arg);
 
 /* --- errors and write transactions (journal.c) ------------------------- */
 
@@ -301,6 +321,7 @@ struct jnl_wtx {
 	MDB_txn *txn;
 	struct jnl_meta_rec m; /* read at begin, written at commit */
 	bool m_dirty;
+	bool wake; /* made work for the flusher: notify after the commit */
 };
 
 /* Begin a write transaction (LMDB serialises them) and read meta. A

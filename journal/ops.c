@@ -205,6 +205,7 @@ int jnl_op_append(struct jnl_wtx *w, const struct jnl_orec *o, uint64_t *seq)
 	*seq = w->m.next_seq++;
 	w->m.pending_ops++;
 	w->m_dirty = true;
+	w->wake = true; /* an op to replay */
 	jnl_be64_put(kb, *seq);
 	rc = jnl_mdb(w->j, mdb_put(w->txn, w->j->db_ops, &k, &v,
 				   MDB_NOOVERWRITE));
@@ -223,6 +224,7 @@ int jnl_op_delete(struct jnl_wtx *w, const struct jnl_orec *o)
 		return rc;
 	w->m.pending_ops--;
 	w->m_dirty = true;
+	w->wake = true; /* ops that waited for it may be ready */
 	return nops_add(w, &o->r, -1);
 }
 

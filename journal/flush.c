@@ -1,0 +1,1495 @@
+/*
+ * flush.c - the flusher: N stream threads that drain the journal into the
+ * remote (journal.h, "the flusher"). The only file of journal/ that calls
+ * remote/; it uses the journal through journal.h alone, plus the wake-up
+ * hook of journal_i.h (jnl_notify_set()).
+ *
+ * Callers: fs/ (start at mount, stop at unmount, pause/resume/kick/wait/
+ * stats for `ferryfs flush|pause|resume|status`), tests.
+ *
+ * HOW A STREAM WORKS
+ *
+ * Each stream is a thread with its own connection (struct rmt: NFS and SMB
+ * drivers are one TCP flow per connection, so N streams are N flows), its
+ * own chunk buffer and its own cache of open remote files. It loops:
+ *
+ *   1. a chunk it claimed and has not sent yet          -> send_chunk()
+ *   2. an op from the shared queue (refilled from
+ *      jnl_ops_ready(), OPQ_BATCH at a time)            -> replay()
+ *   3. claim DIRTY chunks, one chunk size of bytes at most
+ *      (jnl_chunk_claim_upto())                         -> back to 1
+ *   4. a parked chunk whose retry time came             -> send_chunk()
+ *   5. nothing: close its files, sleep until the journal commits work
+ *      (jnl_notify_set() hook), a kick, or POLL_NS.
+ *
+ * So ops go first (a file's create before its data, which the journal
+ * enforces anyway), many files go at once, and the chunks of one big file
+ * go to whichever streams claim them: the file is split across streams.
+ *
+ * STREAM STATES (st.state, under f->lock)
+ *
+ *             start                      work found
+ *   (thread) -------> IDLE ---------------------------------> FLUSHING
+ *                      ^  <------ nothing to do (step 5) ------+  |
+ *                      |                                          |
+ *                      |  backoff_until passed, or kick()         | transient
+ *                      +--------------------------- BACKOFF <-----+ remote
+ *                                                                   error
+ *   any state --- pause() ---> PAUSED (claims put back) --- resume() ---> IDLE
+ *   any state --- the journal FAILED (-EIO) ---> STOPPED (thread exits)
+ *
+ * INVARIANTS
+ *
+ *  1. A stream's claimed chunks (s->claim[], s->park[]) are INFLIGHT in the
+ *     journal and only that stream touches them. Every way out (stop,
+ *     pause, an error, a journal error) releases them not-ok: back to
+ *     DIRTY. Nothing is lost.
+ *  2. A chunk is released ok only with the SHA-256 of exactly the bytes
+ *     rmt_file_pwrite() wrote at its offset, after the write (and the
+ *     fdatasync, or the flush of a share that reports errors at close, and
+ *     the read-back when verifying) succeeded. The journal then marks it
+ *     FLUSHED only if no write changed its generation meanwhile.
+ *  3. f->lock is never held across a remote call or a journal call. Lock
+ *     order: the journal's j->lock, then f->lock (the hook on_work() runs
+ *     under j->lock).
+ *  4. A chunk's remote path is used only if no UNLINK, RMDIR or RENAME
+ *     replay started or ended between its jnl_node_rpath() and its open
+ *     (f->ns_epoch unchanged, f->ns_busy 0 at the start: a seqlock,
+ *     handle_get()). Those replays bump the epoch before the remote call
+ *     and again after their ack moved the node in the journal. So a chunk
+ *     never lands in a file an op moved onto its old name meanwhile. An
+ *     open file follows its inode through later renames.
+ *  5. FINISH and SETATTR with a size of node X are replayed only while no
+ *     stream writes a chunk of X (s->writing, gate()): no chunk write
+ *     claimed before a truncate lands after it. Writes claimed after see
+ *     the truncated chunk records; a chunk that ends past the final size
+ *     is followed by the FINISH its release appends.
+ *  6. An op taken from the queue ends in exactly one of jnl_op_ack(),
+ *     jnl_op_fail(fatal) (permanent remote error: logged once with its
+ *     path) or jnl_op_fail(retry); ops still queued at stop are failed for
+ *     retry (pending again).
+ *  7. A stream claims at most one chunk size of bytes at a time (plus its
+ *     parked chunks): a crash resends at most streams x chunk size.
+ *
+ * ERRORS AND BACKOFF
+ *
+ *   permanent() splits remote errors. Transient: the chunk goes back to
+ *   DIRTY or the op back to pending, errors and retries count, and the
+ *   stream backs off (BACKOFF_MIN_MS doubling to backoff_max_ms); the first
+ *   success resets it. Permanent: an op is dropped (its node becomes
+ *   JNL_NODE_ERROR in the journal); a chunk is parked, i.e. kept claimed and
+ *   retried every PARK_RETRY_NS, so one file the remote refuses does not
+ *   hold the queue behind it (a released chunk would come back first).
+ *   A journal -EIO (FAILED, sticky) stops every stream.
+ *
+ * BANDWIDTH LIMIT
+ *
+ *   cfg->bwlimit is a token bucket shared by the streams (bw_book(), the
+ *   GCRA of remote/throttle.c): before a chunk is written, its bytes book
+ *   [max(tat, now - BW_BURST_NS), + n / rate) and the stream sleeps to the
+ *   end of the booking. Not remote_rate=: that option of rmt_open() caps
+ *   one connection, and each stream has its own.
+ */
+#include <inttypes.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "journal_i.h"
+#include "log.h"
+#include "remote.h"
+
+#define NS_PER_MS INT64_C(1000000)
+#define NS_PER_S INT64_C(1000000000)
+#define OPQ_BATCH 64              /* ops per jnl_ops_ready() */
+#define CLAIM_MAX 64              /* chunks per claim (bytes bound it) */
+#define HANDLE_MAX 16             /* open remote files per stream */
+#define PARK_MAX 16               /* parked chunks per stream */
+#define PARK_RETRY_NS (30 * NS_PER_S)
+#define POLL_NS NS_PER_S          /* idle fallback poll */
+#define BACKOFF_MIN_MS 50u
+#define BACKOFF_MAX_MS 10000u
+#define BW_BURST_NS (5 * NS_PER_MS)
+#define RATE_SLOTS 8              /* rate_bps: 8 slots of 250 ms */
+#define RATE_SLOT_NS (250 * NS_PER_MS)
+#define OPEN_TRIES 16             /* handle_get() against renames */
+
+struct handle {
+	jnl_id id;           /* 0 = free */
+	struct rmt_file *f;
+	int64_t used;        /* CLOCK_MONOTONIC ns */
+};
+
+struct parked {
+	struct jnl_chunk_ref ref;
+	int64_t retry_at;    /* CLOCK_MONOTONIC ns */
+};
+
+/* What a failed step was: who to blame decides what happens next. */
+enum fault {
+	F_REMOTE,  /* the remote refused or failed: permanent() decides */
+	F_JOURNAL, /* a journal call failed */
+	F_GONE,    /* the chunk or node went away meanwhile: nothing to do */
+	F_STOP,    /* stop() interrupted a wait */
+};
+
+struct stream {
+	struct jnl_flusher *f;
+	unsigned int no;
+	pthread_t thread;
+	bool started;
+
+	/* this stream's thread only (after start) */
+	struct rmt *r;
+	unsigned char *buf, *vbuf;     /* chunk size each; vbuf if verifying */
+	struct handle h[HANDLE_MAX];
+	struct jnl_chunk_ref claim[CLAIM_MAX];
+	int nclaim, next;              /* claim[next..nclaim) not sent yet */
+	struct parked park[PARK_MAX];
+	int npark;
+	unsigned int backoff_ms;       /* 0: not backing off */
+	jnl_id logged_park;            /* last node a park was logged for */
+	uint64_t kick_seen;            /* f->kick_gen handled */
+	char path[PATH_MAX], path2[PATH_MAX];
+
+	/* protected by f->lock */
+	jnl_id writing;                /* node of the chunk being sent, or 0 */
+	int64_t backoff_until;         /* CLOCK_MONOTONIC ns, 0 = none */
+	struct jnl_stream_stats st;
+	uint64_t rate_bytes[RATE_SLOTS];
+	int64_t rate_slot[RATE_SLOTS]; /* slot number each bucket counts */
+	int64_t t0;                    /* start, for rate_bps */
+	uint64_t parked;               /* npark, for stats */
+};
+
+/* Lock order: the journal's j->lock, then f->lock (invariant 3). */
+struct jnl_flusher {
+	/* immutable after jnl_flusher_start() */
+	struct jnl *j;
+	unsigned int nstreams;
+	uint32_t chunk_size;
+	uint64_t bwlimit;
+	unsigned int flags;            /* enum jnl_flush_flags */
+	unsigned int backoff_max_ms;
+	bool root;                     /* may set owners on the remote */
+	struct stream *s;              /* [nstreams] */
+
+	pthread_mutex_t lock;
+	pthread_cond_t wake;  /* streams: work, kick, pause, stop; lock */
+	pthread_cond_t done;  /* a step ended: gate(), handle_get(),
+				 jnl_flusher_wait(); lock */
+	bool stop, paused;             /* lock */
+	int failed;                    /* the journal's sticky error; lock */
+	uint64_t failed_ops;           /* lock */
+	uint64_t work_gen;             /* bumped by on_work() and kick; lock */
+	uint64_t kick_gen;             /* lock */
+	int64_t last_poll;             /* lock */
+	struct jnl_op *q;              /* the op queue, OPQ_BATCH; lock */
+	int qhead, qlen;               /* lock */
+	bool qfill;                    /* a stream is refilling it; lock */
+	uint64_t qgen;                 /* work_gen of the last empty refill,
+					  UINT64_MAX = none; lock */
+	uint64_t ns_epoch;             /* invariant 4; lock */
+	unsigned int ns_busy;          /* lock */
+	int64_t tat;                   /* bw_book(); lock */
+};
+
+/* --- small helpers ------------------------------------------------------ */
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * NS_PER_S + ts.tv_nsec;
+}
+
+static struct timespec ts_of(int64_t ns)
+{
+	struct timespec ts = { (time_t)(ns / NS_PER_S), (long)(ns % NS_PER_S) };
+
+	return ts;
+}
+
+/* Wait on @c (f->lock held) until @until (CLOCK_MONOTONIC ns). */
+static void wait_until(struct jnl_flusher *f, pthread_cond_t *c, int64_t until)
+{
+	struct timespec ts = ts_of(until);
+
+	pthread_cond_timedwait(c, &f->lock, &ts);
+}
+
+/* Errors of the remote that retrying will not cure (journal.h). */
+static bool permanent(int rc)
+{
+	switch (-rc) {
+	case EACCES:
+	case EPERM:
+	case EROFS:
+	case ENOTDIR:
+	case EISDIR:
+	case EINVAL:
+	case ENOENT:
+	case EEXIST:
+	case ENOTEMPTY:
+	case ELOOP:
+	case ENAMETOOLONG:
+	case EXDEV:
+	case EFBIG:
+	case EMLINK:
+	case EOPNOTSUPP:
+		return true;
+	}
+	return false;
+}
+
+static const char *op_name(enum jnl_op_type t)
+{
+	static const char *const names[] = {
+		[JNL_OP_MKDIR] = "mkdir",   [JNL_OP_CREATE] = "create",
+		[JNL_OP_SYMLINK] = "symlink", [JNL_OP_LINK] = "link",
+		[JNL_OP_UNLINK] = "unlink", [JNL_OP_RMDIR] = "rmdir",
+		[JNL_OP_RENAME] = "rename", [JNL_OP_SETATTR] = "setattr",
+		[JNL_OP_FINISH] = "finish",
+	};
+
+	if ((unsigned int)t < sizeof(names) / sizeof(names[0]) && names[t])
+		return names[t];
+	return "op";
+}
+
+/* rpath(parent)/name into @buf. Journal errors. */
+static int child_path(struct jnl *j, jnl_id parent, const char *name,
+		      char *buf, size_t size)
+{
+	int rc = jnl_node_rpath(j, parent, buf, size);
+	size_t len, nlen = strlen(name);
+
+	if (rc)
+		return rc;
+	len = strlen(buf);
+	if (len + 1 + nlen >= size)
+		return -ENAMETOOLONG;
+	if (len)
+		buf[len++] = '/';
+	memcpy(buf + len, name, nlen + 1);
+	return 0;
+}
+
+/* --- stats and state (f->lock held) -------------------------------------- */
+
+static void set_state(struct stream *s, enum jnl_stream_state st)
+{
+	s->st.state = st;
+}
+
+static void rate_add(struct stream *s, uint64_t n, int64_t now)
+{
+	int64_t slot = now / RATE_SLOT_NS;
+	int i = (int)(slot % RATE_SLOTS);
+
+	if (s->rate_slot[i] != slot) {
+		s->rate_slot[i] = slot;
+		s->rate_bytes[i] = 0;
+	}
+	s->rate_bytes[i] += n;
+}
+
+static uint64_t rate_get(const struct stream *s, int64_t now)
+{
+	int64_t slot = now / RATE_SLOT_NS, span;
+	uint64_t sum = 0;
+
+	for (int i = 0; i < RATE_SLOTS; i++)
+		if (s->rate_slot[i] > slot - RATE_SLOTS &&
+		    s->rate_slot[i] <= slot)
+			sum += s->rate_bytes[i];
+	/* the window: RATE_SLOTS slots, or the time since the start */
+	span = now - s->t0;
+	if (span > RATE_SLOTS * RATE_SLOT_NS)
+		span = RATE_SLOTS * RATE_SLOT_NS;
+	if (span < RATE_SLOT_NS)
+		span = RATE_SLOT_NS;
+	return (uint64_t)((double)sum * (double)NS_PER_S / (double)span);
+}
+
+/* --- wake-ups --------------------------------------------------------------- */
+
+/* The journal's hook: it committed work for us (runs under j->lock). */
+static void on_work(void *arg)
+{
+	struct jnl_flusher *f = arg;
+
+	pthread_mutex_lock(&f->lock);
+	f->work_gen++;
+	pthread_cond_broadcast(&f->wake);
+	pthread_mutex_unlock(&f->lock);
+}
+
+/* A step ended: wake gate()/handle_get()/jnl_flusher_wait() waiters. */
+static void step_done(struct stream *s)
+{
+	struct jnl_flusher *f = s->f;
+
+	pthread_mutex_lock(&f->lock);
+	s->writing = 0;
+	pthread_cond_broadcast(&f->done);
+	pthread_mutex_unlock(&f->lock);
+}
+
+/* The journal failed: every stream stops (invariant: sticky). */
+static void journal_failed(struct stream *s, int rc)
+{
+	struct jnl_flusher *f = s->f;
+
+	pthread_mutex_lock(&f->lock);
+	if (!f->failed) {
+		f->failed = rc;
+		LOG_ERR("flusher stops: the journal failed: %s",
+			strerror(-rc));
+	}
+	s->st.last_error = rc;
+	pthread_cond_broadcast(&f->wake);
+	pthread_cond_broadcast(&f->done);
+	pthread_mutex_unlock(&f->lock);
+}
+
+/* A success: end a backoff. */
+static void backoff_reset(struct stream *s)
+{
+	if (!s->backoff_ms)
+		return;
+	LOG_INFO("flush stream %u: the remote answers again", s->no);
+	s->backoff_ms = 0;
+	pthread_mutex_lock(&s->f->lock);
+	s->backoff_until = 0;
+	pthread_mutex_unlock(&s->f->lock);
+}
+
+/* A transient failure: count it, back off. */
+static void backoff(struct stream *s, int rc, const char *what)
+{
+	struct jnl_flusher *f = s->f;
+
+	if (!s->backoff_ms)
+		LOG_WARN("flush stream %u: %s failed, backing off: %s", s->no,
+			 what, strerror(-rc));
+	s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : BACKOFF_MIN_MS;
+	if (s->backoff_ms > f->backoff_max_ms)
+		s->backoff_ms = f->backoff_max_ms;
+	pthread_mutex_lock(&f->lock);
+	s->backoff_until = now_ns() + (int64_t)s->backoff_ms * NS_PER_MS;
+	pthread_mutex_unlock(&f->lock);
+}
+
+static void count_error(struct stream *s, int rc, bool retry)
+{
+	pthread_mutex_lock(&s->f->lock);
+	s->st.errors++;
+	if (retry)
+		s->st.retries++;
+	s->st.last_error = rc;
+	pthread_mutex_unlock(&s->f->lock);
+}
+
+/* --- open remote files ------------------------------------------------------ */
+
+static void handle_close(struct stream *s, struct handle *h)
+{
+	int rc = rmt_file_close(h->f);
+
+	/* written chunks were synced (or flushed) before their release:
+	 * an error here concerns nothing released */
+	if (rc)
+		LOG_DBG("flush stream %u: close of node %" PRIu64 ": %s",
+			s->no, h->id, strerror(-rc));
+	h->id = 0;
+	h->f = NULL;
+}
+
+static void handle_drop(struct stream *s, jnl_id id)
+{
+	for (int i = 0; i < HANDLE_MAX; i++)
+		if (s->h[i].id == id)
+			handle_close(s, &s->h[i]);
+}
+
+static void handles_close_all(struct stream *s)
+{
+	for (int i = 0; i < HANDLE_MAX; i++)
+		if (s->h[i].id)
+			handle_close(s, &s->h[i]);
+}
+
+/*
+ * The open remote file of node @id, opened at its rpath under the
+ * rename/unlink epoch (invariant 4). On error *fault says whose: the
+ * journal's (rpath: -ENOENT when the node has no remote name), the
+ * remote's, or F_STOP.
+ */
+static int handle_get(struct stream *s, jnl_id id, struct rmt_file **out,
+		      enum fault *fault)
+{
+	struct jnl_flusher *f = s->f;
+	struct handle *h = NULL;
+	struct rmt_file *rf = NULL;
+	int flags = (f->flags & JNL_FLUSH_VERIFY) ? O_RDWR : O_WRONLY;
+	int rc = -EAGAIN;
+
+	for (int i = 0; i < HANDLE_MAX; i++)
+		if (s->h[i].id == id) {
+			s->h[i].used = now_ns();
+			*out = s->h[i].f;
+			return 0;
+		}
+	for (int tries = 0; tries < OPEN_TRIES; tries++) {
+		uint64_t epoch;
+		bool same, stop;
+
+		pthread_mutex_lock(&f->lock);
+		while (f->ns_busy && !f->stop)
+			pthread_cond_wait(&f->done, &f->lock);
+		epoch = f->ns_epoch;
+		stop = f->stop;
+		pthread_mutex_unlock(&f->lock);
+		if (stop) {
+			*fault = F_STOP;
+			return -ECANCELED;
+		}
+		rc = jnl_node_rpath(f->j, id, s->path, sizeof(s->path));
+		if (rc) {
+			*fault = F_JOURNAL;
+			return rc;
+		}
+		rc = rmt_file_open(s->r, s->path, flags, 0, &rf);
+		pthread_mutex_lock(&f->lock);
+		same = f->ns_epoch == epoch;
+		pthread_mutex_unlock(&f->lock);
+		if (same)
+			break;
+		if (!rc)
+			rmt_file_close(rf);
+		rf = NULL;
+		rc = -EAGAIN; /* a rename or unlink ran meanwhile: again */
+	}
+	if (rc) {
+		*fault = F_REMOTE;
+		return rc;
+	}
+	for (int i = 0; i < HANDLE_MAX && (!h || h->id); i++)
+		if (!h || !s->h[i].id || s->h[i].used < h->used)
+			h = &s->h[i]; /* a free slot, else the least recent */
+	if (h->id)
+		handle_close(s, h);
+	h->id = id;
+	h->f = rf;
+	h->used = now_ns();
+	*out = rf;
+	return 0;
+}
+
+/* --- bandwidth ---------------------------------------------------------------- */
+
+/* Book @n bytes in the shared bucket and sleep to the end of the booking.
+ * -ECANCELED if stop() came meanwhile. */
+static int bw_book(struct stream *s, size_t n)
+{
+	struct jnl_flusher *f = s->f;
+	int64_t now, until;
+	int rc = 0;
+
+	if (!f->bwlimit)
+		return 0;
+	pthread_mutex_lock(&f->lock);
+	now = now_ns();
+	if (f->tat < now - BW_BURST_NS)
+		f->tat = now - BW_BURST_NS;
+	f->tat += (int64_t)((double)n * (double)NS_PER_S / (double)f->bwlimit);
+	until = f->tat;
+	while (!f->stop && now_ns() < until)
+		wait_until(f, &f->wake, until);
+	if (f->stop)
+		rc = -ECANCELED;
+	pthread_mutex_unlock(&f->lock);
+	return rc;
+}
+
+/* --- chunks --------------------------------------------------------------------- */
+
+/*
+ * Write chunk @c at its node's remote path (invariant 2). 0 with @sha the
+ * digest of what was written, or -errno with *fault.
+ */
+static int chunk_write(struct stream *s, const struct jnl_chunk_ref *c,
+		       unsigned char sha[32], size_t *sent, enum fault *fault)
+{
+	struct jnl_flusher *f = s->f;
+	off_t off = (off_t)(c->index * f->chunk_size);
+	unsigned char vsha[32];
+	struct rmt_file *rf;
+	ssize_t n, got;
+	int rc;
+
+	*sent = 0;
+	n = jnl_read(f->j, c->id, s->buf, c->length, off, NULL);
+	if (n < 0) {
+		*fault = n == -ENOENT ? F_GONE : F_JOURNAL;
+		return (int)n;
+	}
+	if (n == 0) { /* truncated away: the release is stale */
+		*fault = F_GONE;
+		return -ENOENT;
+	}
+	if (!EVP_Digest(s->buf, (size_t)n, sha, NULL, EVP_sha256(), NULL)) {
+		*fault = F_JOURNAL;
+		return -ENOMEM;
+	}
+	rc = handle_get(s, c->id, &rf, fault);
+	if (rc == -ENOENT && *fault == F_JOURNAL) {
+		struct jnl_node node;
+
+		/* no remote name: lost its last name meanwhile (gone), or
+		 * a name the journal does not place (parked) */
+		if (!jnl_node_get(f->j, c->id, &node) &&
+		    (node.flags & (JNL_NODE_UNLINKED | JNL_NODE_LOCAL)))
+			*fault = F_GONE;
+	}
+	if (rc)
+		return rc;
+	rc = bw_book(s, (size_t)n);
+	if (rc) {
+		*fault = F_STOP;
+		return rc;
+	}
+	*fault = F_REMOTE;
+	got = rmt_file_pwrite(rf, s->buf, (size_t)n, off);
+	rc = got < 0 ? (int)got : 0;
+	if (!rc && !(f->flags & JNL_FLUSH_NO_FSYNC))
+		rc = rmt_file_fsync(rf, true);
+	else if (!rc && (rmt_caps(s->r) & RMT_CAP_CLOSE_ERRORS))
+		rc = rmt_file_flush(rf);
+	if (!rc && (f->flags & JNL_FLUSH_VERIFY)) {
+		got = rmt_file_pread(rf, s->vbuf, (size_t)n, off);
+		if (got < 0) {
+			rc = (int)got;
+		} else if (got != n ||
+			   !EVP_Digest(s->vbuf, (size_t)n, vsha, NULL,
+				       EVP_sha256(), NULL) ||
+			   memcmp(sha, vsha, sizeof(vsha))) {
+			/* the remote does not hold what we sent */
+			LOG_ERR("flush stream %u: read-back of chunk %" PRIu64
+				" of '%s' differs from what was written",
+				s->no, c->index, s->path);
+			rc = -EIO;
+		}
+	}
+	if (rc) {
+		handle_drop(s, c->id); /* it may be broken: reopen */
+		return rc;
+	}
+	*sent = (size_t)n;
+	return 0;
+}
+
+/* Release @c not-ok (back to DIRTY). False if the journal failed. */
+static bool put_back(struct stream *s, const struct jnl_chunk_ref *c)
+{
+	int rc = jnl_chunk_release(s->f->j, c, false, NULL);
+
+	if (rc == -EIO) {
+		journal_failed(s, rc);
+		return false;
+	}
+	if (rc)
+		LOG_ERR("flush stream %u: cannot put chunk %" PRIu64
+			" of node %" PRIu64 " back: %s", s->no, c->index,
+			c->id, strerror(-rc));
+	return true;
+}
+
+static void park(struct stream *s, const struct jnl_chunk_ref *c, int rc)
+{
+	if (s->npark == PARK_MAX) { /* too many: treat it as transient */
+		if (put_back(s, c))
+			backoff(s, rc, "writing a chunk");
+		count_error(s, rc, true);
+		return;
+	}
+	if (s->logged_park != c->id) {
+		LOG_ERR("cannot write chunk %" PRIu64 " of '%s' (node %" PRIu64
+			") on the remote, holding it back: %s", c->index,
+			s->path[0] ? s->path : "?", c->id, strerror(-rc));
+		s->logged_park = c->id;
+	}
+	s->park[s->npark].ref = *c;
+	s->park[s->npark].retry_at = now_ns() + PARK_RETRY_NS;
+	s->npark++;
+	count_error(s, rc, false);
+	pthread_mutex_lock(&s->f->lock);
+	s->parked = (uint64_t)s->npark;
+	pthread_mutex_unlock(&s->f->lock);
+}
+
+/* Send one claimed chunk and release (or park) it. */
+static void send_chunk(struct stream *s, const struct jnl_chunk_ref *c)
+{
+	struct jnl_flusher *f = s->f;
+	unsigned char sha[32];
+	enum fault fault = F_REMOTE;
+	size_t sent;
+	int rc;
+
+	pthread_mutex_lock(&f->lock);
+	s->writing = c->id;
+	set_state(s, JNL_STREAM_FLUSHING);
+	pthread_mutex_unlock(&f->lock);
+	s->path[0] = 0;
+
+	rc = chunk_write(s, c, sha, &sent, &fault);
+	if (!rc) {
+		rc = jnl_chunk_release(f->j, c, true, sha);
+		if (rc) {
+			fault = F_JOURNAL;
+		} else {
+			int64_t now = now_ns();
+
+			pthread_mutex_lock(&f->lock);
+			s->st.bytes += sent;
+			s->st.chunks++;
+			rate_add(s, sent, now);
+			pthread_mutex_unlock(&f->lock);
+			backoff_reset(s);
+		}
+	}
+	if (rc) {
+		switch (fault) {
+		case F_STOP:
+		case F_GONE:
+			put_back(s, c);
+			break;
+		case F_JOURNAL:
+			if (rc == -EIO) {
+				journal_failed(s, rc);
+				break;
+			}
+			if (rc == -ENOENT) { /* no remote name: see journal.h */
+				park(s, c, rc);
+				break;
+			}
+			if (put_back(s, c))
+				backoff(s, rc, "the journal");
+			count_error(s, rc, true);
+			break;
+		case F_REMOTE:
+			if (permanent(rc)) {
+				park(s, c, rc);
+				break;
+			}
+			if (put_back(s, c))
+				backoff(s, rc, "writing a chunk");
+			count_error(s, rc, true);
+			break;
+		}
+	}
+	step_done(s);
+}
+
+/* Release every chunk this stream holds not-ok (invariant 1). */
+static void put_back_all(struct stream *s)
+{
+	for (; s->next < s->nclaim; s->next++)
+		put_back(s, &s->claim[s->next]);
+	s->next = s->nclaim = 0;
+	for (int i = 0; i < s->npark; i++)
+		put_back(s, &s->park[i].ref);
+	s->npark = 0;
+	pthread_mutex_lock(&s->f->lock);
+	s->parked = 0;
+	pthread_mutex_unlock(&s->f->lock);
+}
+
+/* A parked chunk whose time came (or all of them after a kick). */
+static bool unpark_one(struct stream *s, struct jnl_chunk_ref *out)
+{
+	int64_t now = now_ns();
+
+	for (int i = 0; i < s->npark; i++) {
+		if (s->park[i].retry_at > now)
+			continue;
+		*out = s->park[i].ref;
+		s->park[i] = s->park[--s->npark];
+		pthread_mutex_lock(&s->f->lock);
+		s->parked = (uint64_t)s->npark;
+		pthread_mutex_unlock(&s->f->lock);
+		return true;
+	}
+	return false;
+}
+
+/* --- ops ---------------------------------------------------------------------------- */
+
+/* Wait until no other stream writes a chunk of @id (invariant 5). */
+static int gate(struct stream *s, jnl_id id)
+{
+	struct jnl_flusher *f = s->f;
+	bool busy = true;
+
+	pthread_mutex_lock(&f->lock);
+	while (!f->stop && busy) {
+		busy = false;
+		for (unsigned int i = 0; i < f->nstreams; i++)
+			if (&f->s[i] != s && f->s[i].writing == id)
+				busy = true;
+		if (busy)
+			pthread_cond_wait(&f->done, &f->lock);
+	}
+	pthread_mutex_unlock(&f->lock);
+	return busy ? -ECANCELED : 0;
+}
+
+static void ns_enter(struct jnl_flusher *f)
+{
+	pthread_mutex_lock(&f->lock);
+	f->ns_busy++;
+	f->ns_epoch++;
+	pthread_mutex_unlock(&f->lock);
+}
+
+static void ns_leave(struct jnl_flusher *f)
+{
+	pthread_mutex_lock(&f->lock);
+	f->ns_busy--;
+	f->ns_epoch++;
+	pthread_cond_broadcast(&f->done);
+	pthread_mutex_unlock(&f->lock);
+}
+
+/* Attributes of @n as an rmt_setattr; @owner adds uid/gid. */
+static struct rmt_setattr attrs_of(const struct jnl_node *n, unsigned int set)
+{
+	struct rmt_setattr sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.set = set;
+	sa.mode = n->mode & 07777;
+	sa.uid = n->uid;
+	sa.gid = n->gid;
+	sa.size = (off_t)n->size;
+	sa.atime = n->atime;
+	sa.mtime = n->mtime;
+	return sa;
+}
+
+static unsigned int owner_bits(const struct jnl_flusher *f)
+{
+	return f->root ? RMT_SET_UID | RMT_SET_GID : 0;
+}
+
+static int replay_create(struct stream *s, const struct jnl_node *n)
+{
+	struct jnl_flusher *f = s->f;
+	unsigned int set = RMT_SET_MODE | RMT_SET_ATIME | RMT_SET_MTIME |
+			   owner_bits(f);
+	struct rmt_setattr sa = attrs_of(n, set);
+	struct rmt_file *rf;
+	struct stat st;
+	int rc, rc2;
+
+	if (!f->root && (n->flags & JNL_NODE_DATA))
+		sa.mode |= S_IWUSR; /* data follows; FINISH sets the mode */
+	if (S_ISREG(n->mode)) {
+		/* truncating is safe: journal.h, "Op replay" */
+		rc = rmt_file_open(s->r, s->path, O_WRONLY | O_CREAT | O_TRUNC,
+				   n->mode & 07777, &rf);
+		if (rc)
+			return rc;
+		rc = rmt_setattr(s->r, NULL, rf, &sa);
+		rc2 = rmt_file_close(rf);
+		return rc ? rc : rc2;
+	}
+	rc = rmt_mknod(s->r, s->path, n->mode, 0);
+	if (rc == -EEXIST) {
+		rc2 = rmt_stat(s->r, s->path, &st);
+		if (rc2)
+			return rc2;
+		if ((st.st_mode & S_IFMT) == (n->mode & S_IFMT))
+			rc = 0;
+	}
+	return rc ? rc : rmt_setattr(s->r, s->path, NULL, &sa);
+}
+
+static int replay_symlink(struct stream *s, const struct jnl_node *n,
+			  enum fault *fault)
+{
+	struct rmt_setattr sa = attrs_of(n, RMT_SET_ATIME | RMT_SET_MTIME |
+						    owner_bits(s->f));
+	int rc;
+
+	rc = jnl_readlink(s->f->j, n->id, s->path2, sizeof(s->path2));
+	if (rc < 0) {
+		*fault = F_JOURNAL;
+		return rc;
+	}
+	rc = rmt_symlink(s->r, s->path2, s->path);
+	if (rc == -EEXIST) {
+		char *cur = malloc(PATH_MAX);
+		int rc2;
+
+		if (!cur)
+			return -ENOMEM;
+		rc2 = rmt_readlink(s->r, s->path, cur, PATH_MAX);
+		if (rc2 >= 0 && !strcmp(cur, s->path2))
+			rc = 0; /* ours, from before a crash */
+		free(cur);
+	}
+	return rc ? rc : rmt_setattr(s->r, s->path, NULL, &sa);
+}
+
+static int replay_rename(struct stream *s, const struct jnl_op *op)
+{
+	unsigned int flags = 0;
+	struct stat st;
+	int rc;
+
+	if (op->flags & RENAME_NOREPLACE)
+		flags |= RMT_RENAME_NOREPLACE;
+	if (op->flags & RENAME_EXCHANGE)
+		flags |= RMT_RENAME_EXCHANGE;
+	rc = rmt_rename(s->r, s->path, s->path2, flags);
+	/* done before a crash: the source is gone, the target is there */
+	if (rc == -ENOENT && !(flags & RMT_RENAME_EXCHANGE) &&
+	    !rmt_stat(s->r, s->path2, &st))
+		rc = 0;
+	if (rc == -EEXIST && (flags & RMT_RENAME_NOREPLACE) &&
+	    rmt_stat(s->r, s->path, &st) == -ENOENT)
+		rc = 0;
+	return rc;
+}
+
+/* SETATTR or FINISH of node @n at its rpath. */
+static int replay_attrs(struct stream *s, const struct jnl_op *op,
+			const struct jnl_node *n, enum fault *fault)
+{
+	struct jnl_flusher *f = s->f;
+	unsigned int set = 0;
+	struct rmt_setattr sa;
+	int rc;
+
+	if (op->type == JNL_OP_FINISH) {
+		if (!S_ISREG(n->mode))
+			return 0;
+		set = RMT_SET_SIZE | RMT_SET_MODE | RMT_SET_ATIME |
+		      RMT_SET_MTIME | owner_bits(f);
+	} else {
+		set |= (op->flags & JNL_SET_MODE) ? RMT_SET_MODE : 0;
+		set |= (op->flags & JNL_SET_UID) ? RMT_SET_UID : 0;
+		set |= (op->flags & JNL_SET_GID) ? RMT_SET_GID : 0;
+		set |= (op->flags & JNL_SET_SIZE) ? RMT_SET_SIZE : 0;
+		set |= (op->flags & JNL_SET_ATIME) ? RMT_SET_ATIME : 0;
+		set |= (op->flags & JNL_SET_MTIME) ? RMT_SET_MTIME : 0;
+		if (S_ISLNK(n->mode))
+			set &= ~(unsigned int)RMT_SET_MODE;
+		/* a truncate moves the remote mtime; no FINISH may follow */
+		if ((set & RMT_SET_SIZE) && S_ISREG(n->mode))
+			set |= RMT_SET_ATIME | RMT_SET_MTIME;
+	}
+	if (!set)
+		return 0;
+	rc = jnl_node_rpath(f->j, n->id, s->path, sizeof(s->path));
+	if (rc == -ENOENT && (n->flags & JNL_NODE_UNLINKED))
+		return 0; /* gone here and there: nothing to apply */
+	if (rc) {
+		*fault = F_JOURNAL;
+		return rc;
+	}
+	if (set & RMT_SET_SIZE) {
+		rc = gate(s, n->id);
+		if (rc) {
+			*fault = F_STOP;
+			return rc;
+		}
+	}
+	if (op->type == JNL_OP_FINISH)
+		handle_drop(s, n->id); /* nothing touches it after the times */
+	sa = attrs_of(n, set);
+	return rmt_setattr(s->r, s->path, NULL, &sa);
+}
+
+/* Carry @op out on the remote (journal.h, "Op replay"). */
+static int replay_op(struct stream *s, const struct jnl_op *op,
+		     enum fault *fault)
+{
+	struct jnl_flusher *f = s->f;
+	struct jnl_node n;
+	struct stat st, st2;
+	int rc;
+
+	*fault = F_JOURNAL;
+	s->path[0] = s->path2[0] = 0;
+	rc = jnl_node_get(f->j, op->id, &n);
+	if (rc)
+		return rc;
+	switch (op->type) {
+	case JNL_OP_MKDIR:
+	case JNL_OP_CREATE:
+	case JNL_OP_SYMLINK:
+	case JNL_OP_LINK:
+	case JNL_OP_UNLINK:
+	case JNL_OP_RMDIR:
+	case JNL_OP_RENAME:
+		rc = child_path(f->j, op->parent, op->name, s->path,
+				sizeof(s->path));
+		if (!rc && op->type == JNL_OP_RENAME)
+			rc = child_path(f->j, op->newparent, op->newname,
+					s->path2, sizeof(s->path2));
+		if (!rc && op->type == JNL_OP_LINK)
+			rc = jnl_node_rpath(f->j, op->id, s->path2,
+					    sizeof(s->path2));
+		if (rc)
+			return rc;
+		break;
+	case JNL_OP_SETATTR:
+	case JNL_OP_FINISH:
+		break;
+	}
+	*fault = F_REMOTE;
+	switch (op->type) {
+	case JNL_OP_MKDIR:
+		rc = rmt_mkdir(s->r, s->path, n.mode & 07777);
+		if (rc == -EEXIST && !rmt_stat(s->r, s->path, &st) &&
+		    S_ISDIR(st.st_mode))
+			rc = 0;
+		if (!rc) { /* mkdir's mode went through the umask */
+			struct rmt_setattr sa = attrs_of(
+				&n, RMT_SET_MODE | owner_bits(f));
+
+			rc = rmt_setattr(s->r, s->path, NULL, &sa);
+		}
+		return rc;
+	case JNL_OP_CREATE:
+		return replay_create(s, &n);
+	case JNL_OP_SYMLINK:
+		return replay_symlink(s, &n, fault);
+	case JNL_OP_LINK:
+		/* path2 is the existing name, path the new one */
+		rc = rmt_link(s->r, s->path2, s->path);
+		if (rc == -EEXIST && !rmt_stat(s->r, s->path, &st) &&
+		    !rmt_stat(s->r, s->path2, &st2) && st.st_ino == st2.st_ino &&
+		    st.st_dev == st2.st_dev)
+			rc = 0;
+		return rc;
+	case JNL_OP_UNLINK:
+		rc = rmt_unlink(s->r, s->path);
+		return rc == -ENOENT ? 0 : rc;
+	case JNL_OP_RMDIR:
+		rc = rmt_rmdir(s->r, s->path);
+		return rc == -ENOENT ? 0 : rc;
+	case JNL_OP_RENAME:
+		return replay_rename(s, op);
+	case JNL_OP_SETATTR:
+	case JNL_OP_FINISH:
+		return replay_attrs(s, op, &n, fault);
+	}
+	*fault = F_JOURNAL;
+	return -EINVAL;
+}
+
+static bool moves_names(enum jnl_op_type t)
+{
+	return t == JNL_OP_UNLINK || t == JNL_OP_RMDIR || t == JNL_OP_RENAME;
+}
+
+/* Replay one op and end it (invariant 6). */
+static void replay(struct stream *s, const struct jnl_op *op)
+{
+	struct jnl_flusher *f = s->f;
+	bool ns = moves_names(op->type);
+	enum fault fault;
+	int rc, rc2;
+
+	pthread_mutex_lock(&f->lock);
+	set_state(s, JNL_STREAM_FLUSHING);
+	pthread_mutex_unlock(&f->lock);
+	if (ns)
+		ns_enter(f);
+	rc = replay_op(s, op, &fault);
+	if (!rc) {
+		rc = jnl_op_ack(f->j, op->seq);
+		fault = F_JOURNAL;
+	}
+	if (ns)
+		ns_leave(f);
+	if (!rc) {
+		pthread_mutex_lock(&f->lock);
+		s->st.ops++;
+		pthread_mutex_unlock(&f->lock);
+		backoff_reset(s);
+		rc2 = jnl_node_clean(f->j, op->id);
+		if (rc2 == -EIO)
+			journal_failed(s, rc2);
+		else if (rc2 && rc2 != -EBUSY)
+			LOG_WARN("cannot clean node %" PRIu64 " of the "
+				 "journal: %s", op->id, strerror(-rc2));
+		return;
+	}
+	if (fault == F_JOURNAL && rc == -EIO) {
+		journal_failed(s, rc);
+		return;
+	}
+	if (fault == F_STOP) {
+		jnl_op_fail(f->j, op->seq, false);
+		return;
+	}
+	if ((fault == F_REMOTE && permanent(rc)) ||
+	    (fault == F_JOURNAL && rc != -ENOSPC && rc != -ENOMEM)) {
+		/* the remote refuses it, or it cannot be placed there (its
+		 * parent is not on the remote): drop it, say so once */
+		LOG_ERR("cannot %s '%s'%s%s on the remote, giving it up "
+			"(node %" PRIu64 " marked in error): %s",
+			op_name(op->type), s->path[0] ? s->path : op->name,
+			s->path2[0] ? " -> " : "", s->path2, op->id,
+			strerror(-rc));
+		rc2 = jnl_op_fail(f->j, op->seq, true);
+		if (rc2 == -EIO)
+			journal_failed(s, rc2);
+		pthread_mutex_lock(&f->lock);
+		f->failed_ops++;
+		f->work_gen++; /* what waited for it may go now */
+		pthread_mutex_unlock(&f->lock);
+		count_error(s, rc, false);
+		return;
+	}
+	rc2 = jnl_op_fail(f->j, op->seq, false);
+	if (rc2 == -EIO)
+		journal_failed(s, rc2);
+	pthread_mutex_lock(&f->lock);
+	f->work_gen++; /* pending again: another stream may take it */
+	pthread_mutex_unlock(&f->lock);
+	count_error(s, rc, true);
+	backoff(s, rc, op_name(op->type));
+}
+
+/* The next op of the shared queue, refilling it when empty. */
+static bool take_op(struct stream *s, struct jnl_op *out)
+{
+	struct jnl_flusher *f = s->f;
+	struct jnl_op *batch;
+	uint64_t gen;
+	int n;
+
+	pthread_mutex_lock(&f->lock);
+	if (f->qlen) {
+		*out = f->q[f->qhead];
+		f->qhead = (f->qhead + 1) % OPQ_BATCH;
+		f->qlen--;
+		pthread_mutex_unlock(&f->lock);
+		return true;
+	}
+	if (f->qfill || f->qgen == f->work_gen || f->stop) {
+		pthread_mutex_unlock(&f->lock);
+		return false;
+	}
+	f->qfill = true;
+	gen = f->work_gen;
+	pthread_mutex_unlock(&f->lock);
+
+	batch = malloc(OPQ_BATCH * sizeof(*batch));
+	n = batch ? jnl_ops_ready(f->j, batch, OPQ_BATCH) : -ENOMEM;
+	if (n == -EIO)
+		journal_failed(s, n);
+	else if (n < 0)
+		LOG_ERR("flush stream %u: cannot read the op log: %s", s->no,
+			strerror(-n));
+
+	pthread_mutex_lock(&f->lock);
+	f->qfill = false;
+	if (n <= 0) {
+		f->qgen = gen; /* nothing until the journal commits again */
+		pthread_mutex_unlock(&f->lock);
+		free(batch);
+		return false;
+	}
+	f->qgen = UINT64_MAX;
+	*out = batch[0];
+	for (int i = 1; i < n; i++) {
+		f->q[(f->qhead + f->qlen) % OPQ_BATCH] = batch[i];
+		f->qlen++;
+	}
+	pthread_cond_broadcast(&f->wake); /* others may take the rest */
+	pthread_mutex_unlock(&f->lock);
+	free(batch);
+	return true;
+}
+
+/* --- the stream ------------------------------------------------------------------------ */
+
+enum next { N_WORK, N_STOP };
+
+/*
+ * Between steps: stop, pause, backoff, kick. Returns N_STOP when the
+ * stream must exit.
+ */
+static enum next between(struct stream *s)
+{
+	struct jnl_flusher *f = s->f;
+
+	pthread_mutex_lock(&f->lock);
+	for (;;) {
+		int64_t now = now_ns();
+
+		if (f->stop || f->failed)
+			break;
+		if (f->kick_gen != s->kick_seen) {
+			s->kick_seen = f->kick_gen;
+			s->backoff_until = 0;
+			for (int i = 0; i < s->npark; i++)
+				s->park[i].retry_at = 0;
+		}
+		if (f->paused) {
+			if (s->nclaim || s->npark) {
+				pthread_mutex_unlock(&f->lock);
+				put_back_all(s);
+				pthread_mutex_lock(&f->lock);
+				continue;
+			}
+			set_state(s, JNL_STREAM_PAUSED);
+			pthread_cond_broadcast(&f->done);
+			pthread_cond_wait(&f->wake, &f->lock);
+			continue;
+		}
+		if (s->backoff_until > now) {
+			set_state(s, JNL_STREAM_BACKOFF);
+			wait_until(f, &f->wake, s->backoff_until);
+			continue;
+		}
+		if (s->st.state == JNL_STREAM_PAUSED ||
+		    s->st.state == JNL_STREAM_BACKOFF)
+			set_state(s, JNL_STREAM_IDLE);
+		pthread_mutex_unlock(&f->lock);
+		return N_WORK;
+	}
+	pthread_mutex_unlock(&f->lock);
+	return N_STOP;
+}
+
+/* Nothing to do: sleep until work is committed, a kick, a parked chunk's
+ * time or the poll. @gen is work_gen from before the search. */
+static void idle(struct stream *s, uint64_t gen)
+{
+	struct jnl_flusher *f = s->f;
+	int64_t until = now_ns() + POLL_NS;
+
+	for (int i = 0; i < s->npark; i++)
+		if (s->park[i].retry_at < until)
+			until = s->park[i].retry_at;
+	handles_close_all(s);
+	pthread_mutex_lock(&f->lock);
+	/* qlen: another stream's refill may have queued ops since ours */
+	if (f->work_gen == gen && !f->qlen && !f->stop && !f->paused &&
+	    !f->failed && f->kick_gen == s->kick_seen) {
+		set_state(s, JNL_STREAM_IDLE);
+		pthread_cond_broadcast(&f->done);
+		wait_until(f, &f->wake, until);
+		if (f->work_gen == gen && now_ns() - f->last_poll >= POLL_NS) {
+			f->last_poll = now_ns();
+			f->work_gen++; /* the fallback: look again */
+		}
+	}
+	pthread_mutex_unlock(&f->lock);
+}
+
+/* Are there chunks to claim? A read transaction, so that idle streams
+ * woken by every commit do not queue for LMDB's writer lock. */
+static int queued(struct stream *s)
+{
+	struct jnl_stats st;
+	int rc = jnl_stats(s->f->j, &st);
+
+	return rc ? rc : st.queued_chunks > 0;
+}
+
+static void *stream_main(void *arg)
+{
+	struct stream *s = arg;
+	struct jnl_flusher *f = s->f;
+	uint64_t budget = f->chunk_size;
+	struct jnl_chunk_ref c;
+	struct jnl_op op;
+	uint64_t gen;
+	int n;
+
+	while (between(s) == N_WORK) {
+		if (s->next < s->nclaim) {
+			send_chunk(s, &s->claim[s->next++]);
+			continue;
+		}
+		s->next = s->nclaim = 0;
+		pthread_mutex_lock(&f->lock);
+		gen = f->work_gen;
+		pthread_mutex_unlock(&f->lock);
+		if (take_op(s, &op)) {
+			replay(s, &op);
+			continue;
+		}
+		n = queued(s);
+		if (n > 0)
+			n = jnl_chunk_claim_upto(f->j, s->claim, CLAIM_MAX,
+						 budget);
+		if (n > 0) {
+			s->nclaim = n;
+			continue;
+		}
+		if (n == -EIO) {
+			journal_failed(s, n);
+			continue;
+		}
+		if (n < 0) {
+			count_error(s, n, false);
+			backoff(s, n, "claiming chunks");
+			continue;
+		}
+		if (unpark_one(s, &c)) {
+			send_chunk(s, &c);
+			continue;
+		}
+		idle(s, gen);
+	}
+	put_back_all(s);
+	handles_close_all(s);
+	pthread_mutex_lock(&f->lock);
+	set_state(s, JNL_STREAM_STOPPED);
+	pthread_cond_broadcast(&f->done);
+	pthread_mutex_unlock(&f->lock);
+	return NULL;
+}
+
+/* --- the public side ------------------------------------------------------------------- */
+
+static void flusher_free(struct jnl_flusher *f)
+{
+	if (!f)
+		return;
+	for (unsigned int i = 0; f->s && i < f->nstreams; i++) {
+		rmt_close(f->s[i].r);
+		free(f->s[i].buf);
+		free(f->s[i].vbuf);
+	}
+	free(f->s);
+	free(f->q);
+	pthread_cond_destroy(&f->done);
+	pthread_cond_destroy(&f->wake);
+	pthread_mutex_destroy(&f->lock);
+	free(f);
+}
+
+/* Stop and join the started streams (no hook may run any more). */
+static void streams_join(struct jnl_flusher *f)
+{
+	pthread_mutex_lock(&f->lock);
+	f->stop = true;
+	pthread_cond_broadcast(&f->wake);
+	pthread_cond_broadcast(&f->done);
+	pthread_mutex_unlock(&f->lock);
+	for (unsigned int i = 0; i < f->nstreams; i++)
+		if (f->s[i].started)
+			pthread_join(f->s[i].thread, NULL);
+}
+
+int jnl_flusher_start(struct jnl *j, const struct jnl_flush_config *cfg,
+		      struct jnl_flusher **out)
+{
+	struct jnl_flusher *f;
+	pthread_condattr_t ca;
+	int rc = 0;
+
+	*out = NULL;
+	if (!j || !cfg || !cfg->remote_spec ||
+	    cfg->streams > JNL_FLUSH_STREAMS_MAX ||
+	    (cfg->flags & ~(unsigned int)(JNL_FLUSH_NO_FSYNC |
+					  JNL_FLUSH_VERIFY)))
+		return -EINVAL;
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	f->j = j;
+	f->nstreams = cfg->streams ? cfg->streams : JNL_FLUSH_STREAMS_DEFAULT;
+	f->chunk_size = jnl_chunk_size(j);
+	f->bwlimit = cfg->bwlimit;
+	f->flags = cfg->flags;
+	f->backoff_max_ms = cfg->backoff_max_ms ? cfg->backoff_max_ms :
+						  BACKOFF_MAX_MS;
+	if (f->backoff_max_ms < BACKOFF_MIN_MS)
+		f->backoff_max_ms = BACKOFF_MIN_MS;
+	f->root = geteuid() == 0;
+	f->qgen = UINT64_MAX;
+	f->last_poll = now_ns();
+	pthread_mutex_init(&f->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&f->wake, &ca);
+	pthread_cond_init(&f->done, &ca);
+	pthread_condattr_destroy(&ca);
+	f->s = calloc(f->nstreams, sizeof(*f->s));
+	f->q = malloc(OPQ_BATCH * sizeof(*f->q));
+	if (!f->s || !f->q) {
+		flusher_free(f);
+		return -ENOMEM;
+	}
+	for (unsigned int i = 0; i < f->nstreams && !rc; i++) {
+		struct stream *s = &f->s[i];
+
+		s->f = f;
+		s->no = i;
+		s->t0 = now_ns();
+		s->buf = malloc(f->chunk_size);
+		if (f->flags & JNL_FLUSH_VERIFY)
+			s->vbuf = malloc(f->chunk_size);
+		if (!s->buf || ((f->flags & JNL_FLUSH_VERIFY) && !s->vbuf)) {
+			rc = -ENOMEM;
+			break;
+		}
+		rc = rmt_open(cfg->remote_spec, cfg->remote_opts, &s->r);
+		if (rc) {
+			LOG_ERR("cannot open remote '%s' for flushing: %s",
+				cfg->remote_spec, strerror(-rc));
+			break;
+		}
+		if (strcmp(rmt_id(s->r), jnl_remote_id(j))) {
+			LOG_ERR("cannot flush journal of '%s' to '%s': another "
+				"share", jnl_remote_id(j), rmt_id(s->r));
+			rc = -EXDEV;
+		}
+	}
+	if (!rc)
+		rc = jnl_notify_set(j, on_work, f);
+	if (rc) {
+		flusher_free(f);
+		return rc;
+	}
+	for (unsigned int i = 0; i < f->nstreams && !rc; i++) {
+		rc = -pthread_create(&f->s[i].thread, NULL, stream_main,
+				     &f->s[i]);
+		f->s[i].started = !rc;
+	}
+	if (rc) {
+		streams_join(f);
+		jnl_notify_set(j, NULL, NULL);
+		flusher_free(f);
+		return rc;
+	}
+	*out = f;
+	return 0;
+}
+
+void jnl_flusher_stop(struct jnl_flusher *f)
+{
+	if (!f)
+		return;
+	streams_join(f);
+	jnl_notify_set(f->j, NULL, NULL);
+	/* invariant 6: what is still queued is pending again */
+	for (; f->qlen; f->qlen--, f->qhead = (f->qhead + 1) % OPQ_BATCH)
+		jnl_op_fail(f->j, f->q[f->qhead].seq, false);
+	flusher_free(f);
+}
+
+void jnl_flusher_pause(struct jnl_flusher *f)
+{
+	pthread_mutex_lock(&f->lock);
+	f->paused = true;
+	pthread_cond_broadcast(&f->wake);
+	pthread_mutex_unlock(&f->lock);
+}
+
+void jnl_flusher_resume(struct jnl_flusher *f)
+{
+	pthread_mutex_lock(&f->lock);
+	f->paused = false;
+	f->work_gen++;
+	pthread_cond_broadcast(&f->wake);
+	pthread_mutex_unlock(&f->lock);
+}
+
+void jnl_flusher_kick(struct jnl_flusher *f)
+{
+	pthread_mutex_lock(&f->lock);
+	f->work_gen++;
+	f->kick_gen++;
+	pthread_cond_broadcast(&f->wake);
+	pthread_mutex_unlock(&f->lock);
+}
+
+int jnl_flusher_wait(struct jnl_flusher *f, int timeout_ms)
+{
+	int64_t deadline = timeout_ms < 0 ? INT64_MAX :
+			   now_ns() + (int64_t)timeout_ms * NS_PER_MS;
+
+	for (;;) {
+		struct jnl_stats st;
+		int64_t now, until;
+		int rc;
+
+		pthread_mutex_lock(&f->lock);
+		rc = f->failed;
+		pthread_mutex_unlock(&f->lock);
+		if (rc)
+			return rc;
+		rc = jnl_stats(f->j, &st);
+		if (rc)
+			return rc;
+		if (!st.queued_chunks && !st.inflight_chunks &&
+		    !st.pending_ops && !st.uncommitted)
+			return 0;
+		now = now_ns();
+		if (now >= deadline)
+			return -ETIMEDOUT;
+		until = now + 50 * NS_PER_MS; /* commits do not signal done */
+		if (until > deadline)
+			until = deadline;
+		pthread_mutex_lock(&f->lock);
+		wait_until(f, &f->done, until);
+		pthread_mutex_unlock(&f->lock);
+	}
+}
+
+int jnl_flusher_stats(struct jnl_flusher *f, struct jnl_flush_stats *out)
+{
+	int64_t now = now_ns();
+
+	memset(out, 0, sizeof(*out));
+	out->streams = f->nstreams;
+	pthread_mutex_lock(&f->lock);
+	out->paused = f->paused;
+	out->failed = f->failed;
+	out->failed_ops = f->failed_ops;
+	for (unsigned int i = 0; i < f->nstreams; i++) {
+		struct stream *s = &f->s[i];
+		struct jnl_stream_stats *o = &out->stream[i];
+
+		*o = s->st;
+		o->rate_bps = rate_get(s, now);
+		out->parked += s->parked;
+	}
+	pthread_mutex_unlock(&f->lock);
+	for (unsigned int i = 0; i < f->nstreams; i++) {
+		struct jnl_stream_stats *o = &out->stream[i];
+		struct rmt_counters c;
+
+		rmt_counters(f->s[i].r, &c);
+		o->remote_bytes_written = c.bytes_written;
+		o->remote_bytes_read = c.bytes_read;
+		o->remote_ops = c.ops;
+		o->remote_faults = c.faults;
+		out->bytes += o->bytes;
+		out->chunks += o->chunks;
+		out->ops += o->ops;
+		out->errors += o->errors;
+		out->retries += o->retries;
+		out->rate_bps += o->rate_bps;
+		out->remote_bytes_written += o->remote_bytes_written;
+	}
+	return 0;
+}
