@@ -110,6 +110,13 @@ static int mount_info(const char *mnt, unsigned int *maj, unsigned int *min,
 	return rc;
 }
 
+int fs_mount_dev(const char *mnt, unsigned int *maj, unsigned int *min)
+{
+	uid_t owner;
+
+	return mount_info(mnt, maj, min, &owner);
+}
+
 static int ctl_path(const char *mnt, bool use_owner, uid_t owner, char *buf,
 		    size_t size)
 {

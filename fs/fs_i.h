@@ -174,6 +174,9 @@ void fs_ctl_stop(struct fs_ctl *c);
  * ferryfs daemon listening), -EACCES (not ours to ask). */
 int fs_ctl_call(const char *mountpoint, const char *cmd, char *reply,
 		size_t size);
+/* The device number of the topmost mount at the absolute path @mnt (from
+ * /proc/self/mountinfo). Errors: -ENOENT. */
+int fs_mount_dev(const char *mnt, unsigned int *maj, unsigned int *min);
 /* The mount points of every ferryfs mount this process sees; returns the
  * count (at most @max). */
 int fs_ctl_list(char mounts[][4096], int max);

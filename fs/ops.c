@@ -91,6 +91,7 @@ _Static_assert(sizeof(fuse_ino_t) >= sizeof(uintptr_t),
 	       "fuse_ino_t must hold a pointer");
 
 #define FS_MAX_WRITE (1u << 20)
+#define FS_READAHEAD_KB 8192u /* see set_readahead() */
 
 struct fs {
 	struct rmt *rmt;         /* immutable after start */
@@ -330,7 +331,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 	conn->max_write = FS_MAX_WRITE;
-	conn->max_readahead = FS_MAX_WRITE;
+	conn->max_readahead = FS_READAHEAD_KB * 1024; /* see set_readahead() */
 	conn->time_gran = 1;
 }
 
@@ -1381,6 +1382,31 @@ static int ctl_handle(void *arg, const char *cmd, char *reply, size_t size)
 
 /* --- the daemon ------------------------------------------------------ */
 
+/*
+ * The kernel reads ahead 128 KiB on a FUSE mount, so a sequential reader
+ * waits for each request in turn. A larger window lets it keep several
+ * 1 MiB reads in flight, served by our threads in parallel (measured on a
+ * tmpfs-backed mount: cold 1 GiB read 0.43-0.73 s instead of 0.49-1.55 s).
+ * Root only (sysfs); a failure only costs speed.
+ */
+static void set_readahead(const char *mnt)
+{
+	unsigned int maj, min;
+	char path[64];
+	FILE *f;
+
+	if (!mnt || fs_mount_dev(mnt, &maj, &min) < 0)
+		return;
+	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", maj,
+		 min);
+	f = fopen(path, "we");
+	if (!f)
+		return;
+	fprintf(f, "%u\n", FS_READAHEAD_KB);
+	if (fclose(f) != 0)
+		LOG_DBG("cannot set '%s': %s", path, strerror(errno));
+}
+
 int fs_run(struct fuse_args *args, const struct fs_opts *o)
 {
 	struct fs fs = { .o = o, .is_root = geteuid() == 0 };
@@ -1438,6 +1464,8 @@ int fs_run(struct fuse_args *args, const struct fs_opts *o)
 	if (!o->foreground) {
 		log_to_syslog();
 	}
+	if (fs.is_root)
+		set_readahead(fs.mnt_abs);
 	if (fuse_daemonize(o->foreground) != 0)
 		goto out_unmount;
 	if (fs.mnt_abs) {
