@@ -45,6 +45,7 @@ static const struct fuse_opt opt_spec[] = {
 	FUSE_OPT_KEY("remote_stream_rate=", KEY_REMOTE_OPT),
 	FUSE_OPT_KEY("remote_latency=", KEY_REMOTE_OPT),
 	FUSE_OPT_KEY("remote_fault=", KEY_REMOTE_OPT),
+	FUSE_OPT_KEY("connections=", KEY_REMOTE_OPT),
 	OPT("-s", single_thread),
 	OPT("clone_fd", clone_fd),
 	OPTV("max_idle_threads=%u", max_idle_threads),
@@ -241,6 +242,7 @@ void fs_usage(const char *progname)
 	       "    -o max_threads=N       at most N worker threads (16)\n"
 	       "    -o max_idle_threads=N  keep N idle threads (8)\n"
 	       "    -o clone_fd            one /dev/fuse fd per thread\n"
+	       "    -o connections=N       connections to an nfs:// remote (4)\n"
 	       "\n"
 	       "simulation aids (slow the remote down, to measure without a\n"
 	       "network; RATE in bytes/s with K/M/G or Ki/Mi/Gi):\n"

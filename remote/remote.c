@@ -10,9 +10,15 @@
  *     writes r->cnt but rmt_count_fault().
  *
  * rmt_open() takes its own options (remote_rate, remote_stream_rate,
- * remote_latency, remote_fault: throttle.c parses them) out of the option
- * string, opens the driver with the rest, and wraps it in the throttle
- * driver if any was given.
+ * remote_latency, remote_fault: throttle.c parses them; connections:
+ * pool.c) out of the option string, picks the driver by the spec's scheme
+ * (none: path, "nfs://": nfs), opens it with the rest, wraps it in the pool
+ * if its connections are not thread-safe, and wraps that in the throttle
+ * driver if any throttle option was given:
+ *
+ *   caller -> [throttle] -> [pool -> K connections] -> driver
+ *
+ * so every struct rmt it returns is RMT_CAP_THREADSAFE.
  *
  * Callers: fs/ today; journal/ and cache/ later (see remote.h).
  */
@@ -69,41 +75,82 @@ int rmt_path_check(const char *path)
 	}
 }
 
+int rmt_driver_open(rmt_open_fn drv, const char *spec, const char *opts,
+		    struct rmt **out)
+{
+	int rc = drv(spec, opts, out);
+
+	if (rc == 0)
+		counters_init(*out);
+	return rc;
+}
+
+/* The driver of a spec: a scheme ("xyz://") names it, else a directory. */
+static int driver_of(const char *spec, rmt_open_fn *drv)
+{
+	size_t n = strspn(spec, "abcdefghijklmnopqrstuvwxyz");
+
+	*drv = rmt_path_open;
+	if (n == 0 || strncmp(spec + n, "://", 3))
+		return 0;
+	if (n == 3 && !strncmp(spec, "nfs", 3)) {
+		*drv = rmt_nfs_open;
+		return 0;
+	}
+	return -EPROTONOSUPPORT; /* smb:// comes with its issue */
+}
+
 int rmt_open(const char *spec, const char *opts, struct rmt **out)
 {
 	struct rmt_throttle_opts topts;
+	char *rest, *prest = NULL;
+	unsigned int nconn;
 	struct rmt *r, *w;
-	char *rest;
+	rmt_open_fn drv;
+	const char *o;
 	int rc;
 
 	*out = NULL;
 	if (!spec || !*spec)
 		return -EINVAL;
-	if (strspn(spec, "abcdefghijklmnopqrstuvwxyz") > 0 &&
-	    !strncmp(spec + strspn(spec, "abcdefghijklmnopqrstuvwxyz"), "://",
-		     3)) {
-		/* nfs:// and smb:// drivers come with their issue */
-		return -EPROTONOSUPPORT;
-	}
+	rc = driver_of(spec, &drv);
+	if (rc < 0)
+		return rc;
 	rc = rmt_throttle_parse(opts, &topts, &rest);
 	if (rc < 0)
 		return rc;
-	rc = rmt_path_open(spec, topts.any ? rest : opts, &r);
-	free(rest);
+	o = topts.any ? rest : opts;
+	rc = rmt_pool_parse(o, &nconn, &prest);
 	if (rc < 0)
-		goto out_topts;
-	counters_init(r);
+		goto out_rest;
+	if (prest)
+		o = prest;
+	rc = rmt_driver_open(drv, spec, o, &r);
+	if (rc < 0)
+		goto out_rest;
+	/* connections=N of a thread-safe driver: nothing to pool, ignored */
+	if (!(r->caps & RMT_CAP_THREADSAFE)) {
+		rc = rmt_pool_wrap(r, drv, spec, o, nconn, &w);
+		if (rc < 0) {
+			rmt_close(r);
+			goto out_rest;
+		}
+		r = w;
+		counters_init(r);
+	}
 	if (topts.any) {
 		rc = rmt_throttle_wrap(r, &topts, &w);
 		if (rc < 0) {
 			rmt_close(r);
-			goto out_topts;
+			goto out_rest;
 		}
 		r = w;
 		counters_init(r);
 	}
 	*out = r;
-out_topts:
+out_rest:
+	free(prest);
+	free(rest);
 	rmt_throttle_opts_release(&topts);
 	return rc;
 }

@@ -12,16 +12,21 @@
  *
  * Drivers (remote/<name>.c) fill a `struct rmt_ops` table (remote_i.h):
  *   path  - any mounted directory (kernel NFS/SMB mount, local disk)
- *   nfs, smb, agent - later issues; same contract.
+ *   nfs   - an NFS server spoken to by libnfs (remote/nfs.c)
+ *   smb, agent - later issues; same contract.
  *
  * Errors: every function returns 0 (or a byte count) on success and -errno
  * on failure. Each driver maps its foreign codes to errno in one function.
  * Unless said otherwise, on failure nothing was changed on the share.
  *
  * Threads: a struct rmt whose rmt_caps() has RMT_CAP_THREADSAFE may be used
- * by many threads at once (the path driver); otherwise the caller keeps one
- * struct rmt per thread (one per stream). A struct rmt_file is used under the
- * same rule as the struct rmt it came from.
+ * by many threads at once; rmt_open() returns only such ones: a driver
+ * whose connection is for one thread at a time (nfs) is wrapped in the
+ * pool (remote/pool.c), which runs each call on one of N connections
+ * (connections=N below). A struct rmt_file of a pool is bound to the
+ * connection it was opened on: its calls run one at a time, from any
+ * thread; to move one file over N streams, open it N times (the opens go
+ * to the connections with the fewest files).
  *
  * Callers: fs/ (write-through operations), later journal/ (the flusher) and
  * cache/ (block fetches). This module knows nothing of FUSE or chunk state.
@@ -85,11 +90,15 @@ typedef int (*rmt_dirent_fn)(const char *name, const struct stat *st,
 			     void *arg);
 
 /*
- * Open a share given as a string: for now an existing directory (the path
- * driver). Later "nfs://..." and "smb://...". @opts is a comma-separated
- * option string, may be NULL. These options are taken by rmt_open() itself;
- * all others go to the driver:
+ * Open a share given as a string: an existing directory (the path driver)
+ * or nfs://HOST/EXPORT[/path][?version=3|4&uid=N&gid=N&nfsport=N&mountport=N]
+ * (the nfs driver; remote/nfs.c says what each key does); later
+ * "smb://...". @opts is a comma-separated option string, may be NULL. These
+ * options are taken by rmt_open() itself; all others go to the driver:
  *
+ *   connections=N            a driver without RMT_CAP_THREADSAFE gets N
+ *                            connections (1..64, default 4), one per
+ *                            stream; ignored for the others
  *   remote_rate=RATE         all data through this struct rmt (bytes read,
  *                            written and copied), all threads together,
  *                            is capped at RATE bytes/s
@@ -110,7 +119,9 @@ typedef int (*rmt_dirent_fn)(const char *name, const struct stat *st,
  *
  * Errors: -ENOENT, -ENOTDIR, -EACCES (the root), -EINVAL (a malformed spec,
  * a malformed or unknown option), -EPROTONOSUPPORT (a scheme with no
- * driver), -ENOMEM. Caller owns *out; free with rmt_close().
+ * driver), -ENOMEM; for nfs:// also the mount's errors (the server's,
+ * -EACCES or -ENOENT; -EIO; -ETIMEDOUT after 30 s without an answer).
+ * Caller owns *out; free with rmt_close().
  */
 int rmt_open(const char *spec, const char *opts, struct rmt **out);
 

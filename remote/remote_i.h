@@ -84,7 +84,53 @@ struct rmt_file {
 };
 
 /* Driver constructors, called by rmt_open(). */
+typedef int (*rmt_open_fn)(const char *spec, const char *opts,
+			   struct rmt **out);
 int rmt_path_open(const char *dir, const char *opts, struct rmt **out);
+int rmt_nfs_open(const char *url, const char *opts, struct rmt **out);
+
+/*
+ * Open one connection with the driver constructor @drv and set its
+ * counters to 0, as rmt_open() does (remote.c); the pool opens its other
+ * connections so.
+ */
+int rmt_driver_open(rmt_open_fn drv, const char *spec, const char *opts,
+		    struct rmt **out);
+
+/* The pool's option of rmt_open(), connections=N (remote.h), parsed. */
+#define RMT_POOL_DEFAULT 4 /* connections when the option is not given */
+#define RMT_POOL_MAX 64
+
+/*
+ * Take connections=N out of @opts (may be NULL): *n is N, or 0 if the
+ * option is absent. If it was there, *rest is the other options joined by
+ * ',' (maybe ""); else *rest is NULL and @opts goes on unchanged.
+ * Errors: -EINVAL (N not in 1..RMT_POOL_MAX; logged), -ENOMEM; then *rest
+ * is NULL. Caller frees *rest.
+ */
+int rmt_pool_parse(const char *opts, unsigned int *n, char **rest);
+
+/*
+ * Wrap @first, a connection of a driver without RMT_CAP_THREADSAFE, in the
+ * pool (pool.c): it opens @n - 1 more with rmt_driver_open(drv, spec,
+ * opts) (n == 0: RMT_POOL_DEFAULT), one after another in this thread. On
+ * success the pool owns @first (rmt_close() of it closes them all); on
+ * error (the driver's, -ENOMEM, or a pthread error) the connections it
+ * opened are closed again and @first is the caller's, unchanged.
+ */
+int rmt_pool_wrap(struct rmt *first, rmt_open_fn drv, const char *spec,
+		  const char *opts, unsigned int n, struct rmt **out);
+
+/* For tests (pool.c): the state of each connection of a pool made by
+ * rmt_pool_wrap() at one instant; returns how many it has (fills at most
+ * max). */
+struct rmt_pool_conn {
+	bool busy;            /* a thread is inside a call of it */
+	unsigned int waiting; /* threads waiting for this one */
+	unsigned int nfiles;  /* open files bound to it */
+};
+unsigned int rmt_pool_inspect(struct rmt *r, struct rmt_pool_conn *out,
+			      unsigned int max);
 
 /* The throttle options of rmt_open() (remote.h), parsed. */
 struct rmt_throttle_opts {

@@ -18,6 +18,8 @@ PACKAGES=(
 	libcmocka-dev
 	libssl-dev
 	rsync attr sqlite3 util-linux mount xz-utils
+	libnfs-dev libnfs-utils
+	nfs-ganesha nfs-ganesha-vfs rpcbind samba smbclient iperf3 iproute2
 )
 PACKAGES+=("$@")
 

@@ -13,6 +13,12 @@
 # split on purpose, e.g. "-o journal=/x") is appended to the mount command;
 # FERRYFS_DEBUG=1 adds -d. IT_TIMEOUT overrides CMD's time limit (seconds).
 #
+# Another share: FERRYFS_REMOTE is the spec to mount instead of $T/remote
+# (e.g. nfs://10.78.0.2/export/run1) and FERRYFS_REMOTE_DIR the local
+# directory that holds the same files (the export's directory), which CMD
+# then sees as REMOTE; both or neither must be set. The caller owns that
+# directory: it is not removed.
+#
 # The daemon runs in the foreground (-f) as our child, so its pid and its
 # whole stderr are ours; it_cli.sh covers the daemonizing mount.
 #
@@ -68,6 +74,16 @@ chmod 0755 "$T"
 mkdir -m 0755 "$T/remote" "$T/mnt"
 MNT=$T/mnt
 REMOTE=$T/remote
+SPEC=$REMOTE
+if [ -n "${FERRYFS_REMOTE:-}" ] || [ -n "${FERRYFS_REMOTE_DIR:-}" ]; then
+	if [ -z "${FERRYFS_REMOTE:-}" ] || [ ! -d "${FERRYFS_REMOTE_DIR:-}" ]; then
+		log "error: FERRYFS_REMOTE needs FERRYFS_REMOTE_DIR, an existing directory"
+		rm -rf "$T"
+		exit 1
+	fi
+	SPEC=$FERRYFS_REMOTE
+	REMOTE=$FERRYFS_REMOTE_DIR
+fi
 DAEMON_PID=
 status=1
 teardown_bad=0
@@ -146,7 +162,7 @@ trap 'status=143; exit' TERM HUP
 debug=
 [ "${FERRYFS_DEBUG:-0}" = 1 ] && debug=-d
 # shellcheck disable=SC2086 # FERRYFS_OPTS is a list of words on purpose
-"$FERRYFS" mount "$REMOTE" "$MNT" -f $debug ${FERRYFS_OPTS:-} \
+"$FERRYFS" mount "$SPEC" "$MNT" -f $debug ${FERRYFS_OPTS:-} \
 	>"$T/daemon.log" 2>&1 </dev/null &
 DAEMON_PID=$!
 
@@ -168,7 +184,7 @@ if [ "$ready" != 1 ]; then
 	status=1
 	exit
 fi
-log "mounted $REMOTE at $MNT ($(findmnt -n -o FSTYPE "$MNT" 2>/dev/null), pid $DAEMON_PID)"
+log "mounted $SPEC at $MNT ($(findmnt -n -o FSTYPE "$MNT" 2>/dev/null), pid $DAEMON_PID)"
 
 export MNT REMOTE FERRYFS
 timeout --kill-after=10 "$limit" "$@"

@@ -311,7 +311,7 @@ static void test_remote__open_errors(void **state)
 	assert_rc_err(rmt_open(path, NULL, &r), ENOENT);
 	assert_null(r);
 	assert_rc_err(rmt_open(fx->secret, NULL, &r), ENOTDIR);
-	assert_rc_err(rmt_open("nfs://x/y", NULL, &r), EPROTONOSUPPORT);
+	assert_rc_err(rmt_open("ftp://x/y", NULL, &r), EPROTONOSUPPORT);
 	assert_rc_err(rmt_open("smb://x/y", NULL, &r), EPROTONOSUPPORT);
 	assert_rc_err(rmt_open("", NULL, &r), EINVAL);
 	assert_rc_err(rmt_open(fx->root, "bogus=1", &r), EINVAL);

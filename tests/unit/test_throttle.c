@@ -323,7 +323,7 @@ static void test_throttle__open_refuses_bad_values(void **state)
 	assert_null(rest);
 	assert_null(t.fault);
 	/* the scheme is still checked first */
-	assert_rc_err(rmt_open("nfs://h/x", "remote_rate=1M", &fx->r),
+	assert_rc_err(rmt_open("ftp://h/x", "remote_rate=1M", &fx->r),
 		      EPROTONOSUPPORT);
 }
 
