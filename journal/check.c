@@ -250,7 +250,7 @@ void jnl_assert_sane(struct jnl *j)
 	rc = jnl_sync(j);
 	if (rc)
 		BUG("journal sanity: cannot sync: %s", strerror(-rc));
-	if (mdb_txn_begin(j->env, NULL, MDB_RDONLY, &ck.txn))
+	if (jnl_rtx_begin(j, &ck.txn))
 		BUG("journal sanity: no read transaction");
 	{
 		MDB_val k = { 4, "meta" }, v;
@@ -354,6 +354,6 @@ void jnl_assert_sane(struct jnl *j)
 			    j->handed.v[i]);
 	}
 	pthread_mutex_unlock(&j->lock);
-	mdb_txn_abort(ck.txn);
+	jnl_rtx_end(j);
 	free(ck.nodes);
 }

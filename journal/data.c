@@ -5,10 +5,18 @@
  *
  * A write is three steps: (1) with rw shared, decide from pend/committing
  * and then LMDB whether the chunks it touches are held and how many new
- * staging bytes it adds; (2) pwrite to data/<id>; (3) record marks in the
- * pending table (memory). The group commit (journal.c) turns the marks into
- * chunk records. Fill and truncate take rw exclusive, so "held" never
- * changes under a writer that has decided.
+ * staging bytes it adds, and reserve them (or, if they do not fit, let go
+ * of rw, wait for room and start again: room_wait()); (2) pwrite to
+ * data/<id>; (3) record marks in the pending table (memory). The group
+ * commit (journal.c) turns the marks into chunk records. Fill, truncate,
+ * clean and drop take rw exclusive, so "held" never changes under a
+ * writer that has decided.
+ *
+ * Giving staging back (journal.c "SPACE", invariant 17). Records go in a
+ * change (clean: all of a node's; drop_flushed(): full FLUSHED chunks
+ * under pressure), their staging bytes later: jnl_gc_add() names them,
+ * and after the change is durable jnl_gc_run() removes the file or punches
+ * the chunks out, each only if nothing holds it again.
  *
  * Imported files and jnl_chunk_fill(). A chunk of an imported node holds
  * remote bytes in [0, rvalid). A write that covers such a chunk only in part
@@ -23,6 +31,7 @@
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/statvfs.h>
 
 #include "journal_i.h"
 #include "log.h"
@@ -170,6 +179,38 @@ void jnl_pnode_merge(const struct jnl_pnode *p, struct jnl_node_rec *r)
 	}
 }
 
+void jnl_pend_mtime_drop(struct jnl *j, jnl_id id)
+{
+	struct jnl_ptab *t[2] = { &j->pend, &j->committing };
+
+	pthread_mutex_lock(&j->lock);
+	for (int i = 0; i < 2; i++) {
+		struct jnl_pent *e = jnl_ptab_find(t[i], id, JNL_PENT_NODE);
+
+		if (e)
+			e->flags &= ~(unsigned int)JNL_PENT_MTIME;
+	}
+	pthread_mutex_unlock(&j->lock);
+}
+
+/* Before staging bytes past @size go (a truncate): make the truncation
+ * durable first, or a crash could bring back chunk records over bytes that
+ * are gone. Only when there are such bytes. */
+static int staging_cut_durably(struct jnl *j, int fd, uint64_t size)
+{
+	struct stat st;
+	int rc;
+
+	if (fstat(fd, &st) < 0)
+		return jnl_fail(j, -errno);
+	if ((uint64_t)st.st_size <= size)
+		return 0;
+	pthread_mutex_lock(&j->txn_lock);
+	rc = jnl_batch_commit(j);
+	pthread_mutex_unlock(&j->txn_lock);
+	return rc ? rc : jnl_mdb(j, mdb_env_sync(j->env, 1));
+}
+
 int jnl_pend_setattr(struct jnl *j, jnl_id id, unsigned int set,
 		     uint64_t size)
 {
@@ -206,7 +247,9 @@ int jnl_pend_setattr(struct jnl *j, jnl_id id, unsigned int set,
 		return 0;
 	if (rc)
 		return rc;
-	rc = jnl_sys_ftruncate(fd, (off_t)size);
+	rc = staging_cut_durably(j, fd, size);
+	if (!rc)
+		rc = jnl_sys_ftruncate(fd, (off_t)size);
 	jnl_fd_put(j, id, fd);
 	if (rc)
 		LOG_ERR("cannot truncate staging file of node %" PRIu64
@@ -525,6 +568,78 @@ int jnl_chunks_truncate(struct jnl_wtx *w, jnl_id id, struct jnl_nrec *n,
 	return rc;
 }
 
+/*
+ * Under staging pressure: drop chunk records of @n that the remote holds,
+ * so their staging bytes can go (jnl_gc_add()) and the merged view reads
+ * them on the remote, as it reads an imported file: full FLUSHED chunks
+ * with no mark, below rvalid anywhere, and from rvalid on as long as they
+ * run contiguously (rvalid then grows over them). Only for a regular file on
+ * the remote with no pending op (nops 0: no truncate or FINISH may still
+ * change its remote bytes). Updates @n (the caller writes it) and sets
+ * *any. Caller holds rw exclusive (invariant 11) and is inside a change.
+ */
+static int drop_flushed(struct jnl_wtx *w, jnl_id id, struct jnl_nrec *n,
+			bool *any)
+{
+	struct jnl *j = w->j;
+	uint64_t from = n->r.rvalid >> j->chunk_shift, next = from;
+	uint64_t end = n->r.rvalid, run = 0, runlen = 0;
+	struct jnl_chunk_rec *recs;
+	uint64_t *idx;
+	size_t count;
+	int rc;
+
+	*any = false;
+	if (!S_ISREG(n->r.mode) || !jnl_node_claimable(&n->r) ||
+	    !n->r.rparent || n->r.nops)
+		return 0;
+	rc = chunks_of(w, id, 0, &idx, &recs, &count);
+	for (size_t i = 0; i < count && !rc; i++) {
+		uint64_t start = idx[i] << j->chunk_shift;
+		bool below = idx[i] < from;
+		struct jnl_pent e;
+
+		if (!below && idx[i] != next)
+			break; /* a gap past rvalid: not the remote's bytes */
+		pthread_mutex_lock(&j->lock);
+		pend_find(j, id, idx[i], &e);
+		pthread_mutex_unlock(&j->lock);
+		if (recs[i].state != JNL_CHUNK_FLUSHED || pent_held(&e) ||
+		    recs[i].length < j->chunk_size) {
+			/* not on the remote yet, written again, or short:
+			 * the end of the file, where a writer may append
+			 * (dropped, it would need a fill from the remote) */
+			if (below)
+				continue;
+			break;
+		}
+		rc = chunk_move(w, id, n, idx[i], &recs[i], NULL);
+		if (rc)
+			break;
+		*any = true;
+		if (runlen && run + runlen == idx[i]) {
+			runlen++;
+		} else {
+			if (runlen)
+				rc = jnl_gc_add(j, id, run, runlen);
+			run = idx[i];
+			runlen = 1;
+		}
+		if (below)
+			continue;
+		if (start + recs[i].length > end)
+			end = start + recs[i].length;
+		next++;
+	}
+	if (!rc && runlen)
+		rc = jnl_gc_add(j, id, run, runlen);
+	free(idx);
+	free(recs);
+	if (!rc)
+		n->r.rvalid = end;
+	return rc;
+}
+
 int jnl_chunks_recover(struct jnl_wtx *w, uint64_t *resent)
 {
 	struct jnl *j = w->j;
@@ -735,7 +850,7 @@ static int span_look(struct jnl *j, jnl_id id, struct span *sp,
 		if (c.length > sp->len[k])
 			sp->len[k] = c.length;
 	}
-	mdb_txn_abort(txn);
+	jnl_rtx_end(j);
 	if (!rc && !S_ISREG(n->r.mode))
 		rc = S_ISDIR(n->r.mode) ? -EISDIR : -EINVAL;
 	return rc;
@@ -755,21 +870,186 @@ static bool needs_fill(struct jnl *j, uint64_t rvalid, uint64_t idx,
 	return !(off <= start && end >= stop);
 }
 
-/* Reserve @bytes of staging space against max_bytes. lock held. */
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/*
+ * Two bounds on staging (journal.c "SPACE"): max_bytes, against the staging
+ * bytes held (committed records and reservations of marks), and the
+ * journal disk: bytes reserved since the last look at its free space
+ * (disk_look()) against what was free then, less a margin. A chunk given
+ * back frees its disk bytes only when jnl_gc_run() punches them out, which
+ * the next look sees.
+ */
+
+/* Do @bytes more fit? lock held. */
+static bool room_fits(const struct jnl *j, uint64_t bytes)
+{
+	if (j->max_bytes && j->staged + j->pend_new + bytes > j->max_bytes)
+		return false;
+	return j->disk_avail == UINT64_MAX ||
+	       j->reserved - j->disk_base + bytes <= j->disk_avail;
+}
+
+/* Near a bound (a quarter of max_bytes, or of the disk's room, at most
+ * 1 GiB left): backpressure starts, released chunks are given back at
+ * once (drop_flushed()). lock held. */
+static bool room_pressure(const struct jnl *j)
+{
+	uint64_t slack = j->max_bytes / 4;
+
+	if (slack > (1ull << 30))
+		slack = 1ull << 30;
+	if (j->max_bytes && j->staged + j->pend_new + slack >= j->max_bytes)
+		return true;
+	return j->disk_avail != UINT64_MAX &&
+	       j->reserved - j->disk_base + j->disk_slack >= j->disk_avail;
+}
+
+/* Look at the journal disk's free space, at most every DISK_LOOK_NS:
+ * staging may use what is free less a margin (1/64 of the disk, 1 to 256
+ * MiB) for LMDB's growth, block rounding and other writers of the disk.
+ * So a filling disk makes writers wait for the flusher as max_bytes does,
+ * and -ENOSPC from the disk itself is the last word only. No lock held. */
+#define DISK_LOOK_NS 50000000
+static void disk_look(struct jnl *j)
+{
+	uint64_t avail, total, margin, slack;
+	struct statvfs sv;
+	int64_t now = mono_ns();
+
+	if (!j->disk_room)
+		return;
+	pthread_mutex_lock(&j->lock);
+	if (j->disk_at && now - j->disk_at < DISK_LOOK_NS) {
+		pthread_mutex_unlock(&j->lock);
+		return;
+	}
+	j->disk_at = now;
+	pthread_mutex_unlock(&j->lock);
+	if (fstatvfs(j->datafd, &sv) < 0 || !sv.f_blocks)
+		return;
+	avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+	total = (uint64_t)sv.f_blocks * sv.f_frsize;
+	margin = total / 64;
+	if (margin < (1u << 20))
+		margin = 1u << 20;
+	if (margin > (256u << 20))
+		margin = 256u << 20;
+	slack = total / 4 < (1ull << 30) ? total / 4 : 1ull << 30;
+	pthread_mutex_lock(&j->lock);
+	/* reservations after the statvfs are not in avail: count them */
+	j->disk_avail = avail > margin ? avail - margin : 0;
+	j->disk_base = j->reserved;
+	j->disk_slack = slack;
+	jnl_room_signal(j);
+	pthread_mutex_unlock(&j->lock);
+}
+
+/* Reserve @bytes of staging space against the bounds: 0, -EAGAIN (no room
+ * now: room_wait()), or -ENOSPC (the group commit cannot commit).
+ * lock held. */
 static int reserve(struct jnl *j, uint64_t bytes)
 {
 	if (j->commit_err)
 		return j->commit_err;
-	if (j->max_bytes && j->staged + j->pend_new + bytes > j->max_bytes)
-		return -ENOSPC;
+	if (bytes && !room_fits(j, bytes))
+		return -EAGAIN;
 	j->pend_new += bytes;
+	j->reserved += bytes;
 	return 0;
+}
+
+/* Under max_bytes pressure, give back the FLUSHED chunks of @id that the
+ * remote holds (drop_flushed()). Takes rw exclusive: the chunks stop being
+ * held (invariant 11). No lock held by the caller. */
+static void make_room(struct jnl *j, jnl_id id)
+{
+	struct jnl_nrec *n = malloc(sizeof(*n));
+	struct jnl_wtx w;
+	int rc;
+
+	if (!n)
+		return;
+	pthread_rwlock_wrlock(&j->rw);
+	rc = jnl_wtx_begin(j, &w, false);
+	if (!rc) {
+		bool any = false;
+
+		rc = jnl_node_read(j, w.txn, id, n);
+		if (!rc)
+			rc = drop_flushed(&w, id, n, &any);
+		if (!rc && any)
+			rc = jnl_node_write(j, w.txn, id, n);
+		if (rc || !any)
+			jnl_wtx_abort(&w);
+		else
+			rc = jnl_wtx_commit(&w);
+	}
+	pthread_rwlock_unlock(&j->rw);
+	if (rc && rc != -ENOENT)
+		LOG_WARN("cannot give back flushed chunks of node %" PRIu64
+			 " in '%s': %s", id, j->dir, strerror(-rc));
+	free(n);
+}
+
+/*
+ * A write or fill of node @id needs @bytes more staging than the bound
+ * leaves: wait for the flusher to make room (chunks flushed and dropped,
+ * nodes cleaned) until *deadline (set by the first call: now + wait_ms).
+ * Holds no journal lock while waiting. 0 (try again), or -ENOSPC.
+ */
+static int room_wait(struct jnl *j, jnl_id id, uint64_t bytes,
+		     int64_t *deadline)
+{
+	int rc = 0;
+
+	if (j->max_bytes && bytes > j->max_bytes)
+		return -ENOSPC; /* can never fit */
+	make_room(j, id);
+	pthread_mutex_lock(&j->lock);
+	if (!*deadline) {
+		*deadline = mono_ns() + (int64_t)j->wait_ms * 1000000;
+		j->write_waits++;
+	}
+	j->waiters++;
+	if (j->notify_fn) /* the flusher: work, do not sleep */
+		j->notify_fn(j->notify_arg);
+	j->hurry = true; /* the committer: make the marks claimable now */
+	pthread_cond_signal(&j->cond);
+	while (!room_fits(j, bytes)) {
+		int64_t now = mono_ns(), until = now + DISK_LOOK_NS;
+		struct timespec ts;
+
+		rc = jnl_failed(j);
+		if (!rc && (j->commit_err || j->stop || now >= *deadline))
+			rc = -ENOSPC;
+		if (rc)
+			break;
+		if (until > *deadline)
+			until = *deadline;
+		ts.tv_sec = (time_t)(until / 1000000000);
+		ts.tv_nsec = (long)(until % 1000000000);
+		pthread_cond_timedwait(&j->room, &j->lock, &ts);
+		pthread_mutex_unlock(&j->lock);
+		disk_look(j); /* the disk may have room again (gc) */
+		pthread_mutex_lock(&j->lock);
+	}
+	j->waiters--;
+	pthread_mutex_unlock(&j->lock);
+	return rc;
 }
 
 ssize_t jnl_write(struct jnl *j, jnl_id id, const void *buf, size_t len,
 		  off_t off)
 {
 	uint64_t o = (uint64_t)off, end = o + len, added = 0;
+	int64_t deadline = 0;
 	struct jnl_pnode pn;
 	struct jnl_nrec *n;
 	struct timespec now;
@@ -794,6 +1074,8 @@ ssize_t jnl_write(struct jnl *j, jnl_id id, const void *buf, size_t len,
 		free(n);
 		return rc;
 	}
+again:
+	disk_look(j);
 	pthread_rwlock_rdlock(&j->rw);
 	rc = span_look(j, id, &sp, &pn, n);
 	if (rc)
@@ -804,6 +1086,7 @@ ssize_t jnl_write(struct jnl *j, jnl_id id, const void *buf, size_t len,
 		rc = -ENODATA;
 		goto out;
 	}
+	added = 0;
 	for (uint64_t k = 0; k < sp.count; k++) {
 		uint64_t start = (sp.first + k) << j->chunk_shift;
 		uint64_t stop = start + j->chunk_size;
@@ -816,6 +1099,15 @@ ssize_t jnl_write(struct jnl *j, jnl_id id, const void *buf, size_t len,
 	pthread_mutex_lock(&j->lock);
 	rc = reserve(j, added);
 	pthread_mutex_unlock(&j->lock);
+	if (rc == -EAGAIN) {
+		/* max_bytes: wait for the flusher with no lock held, then
+		 * look again (what is held may have changed meanwhile) */
+		pthread_rwlock_unlock(&j->rw);
+		rc = room_wait(j, id, added, &deadline);
+		if (!rc)
+			goto again;
+		goto out_unlocked;
+	}
 	if (rc)
 		goto out;
 
@@ -866,6 +1158,7 @@ ssize_t jnl_write(struct jnl *j, jnl_id id, const void *buf, size_t len,
 	rc = 0;
 out:
 	pthread_rwlock_unlock(&j->rw);
+out_unlocked:
 	span_free(&sp);
 	free(n);
 	return rc < 0 ? rc : (ssize_t)len;
@@ -875,6 +1168,7 @@ int jnl_chunk_fill(struct jnl *j, jnl_id id, uint64_t index, const void *buf,
 		   size_t len)
 {
 	uint64_t start = index << j->chunk_shift;
+	int64_t deadline = 0;
 	struct jnl_pnode pn;
 	struct jnl_nrec *n;
 	struct span sp;
@@ -895,6 +1189,8 @@ int jnl_chunk_fill(struct jnl *j, jnl_id id, uint64_t index, const void *buf,
 		free(n);
 		return rc;
 	}
+again:
+	disk_look(j);
 	pthread_rwlock_wrlock(&j->rw);
 	rc = span_look(j, id, &sp, &pn, n);
 	if (rc || sp.held[0])
@@ -909,6 +1205,13 @@ int jnl_chunk_fill(struct jnl *j, jnl_id id, uint64_t index, const void *buf,
 	pthread_mutex_lock(&j->lock);
 	rc = reserve(j, len);
 	pthread_mutex_unlock(&j->lock);
+	if (rc == -EAGAIN) {
+		pthread_rwlock_unlock(&j->rw);
+		rc = room_wait(j, id, len, &deadline);
+		if (!rc)
+			goto again;
+		goto out_unlocked;
+	}
 	if (rc)
 		goto out;
 	rc = jnl_fd_get(j, id, true, &fd);
@@ -939,6 +1242,7 @@ int jnl_chunk_fill(struct jnl *j, jnl_id id, uint64_t index, const void *buf,
 		jnl_fail(j, rc);
 out:
 	pthread_rwlock_unlock(&j->rw);
+out_unlocked:
 	span_free(&sp);
 	free(n);
 	return rc;
@@ -1016,10 +1320,11 @@ int jnl_fsync_node(struct jnl *j, jnl_id id)
 	rc = jnl_rtx_begin(j, &txn);
 	if (!rc) {
 		rc = jnl_node_read(j, txn, id, n);
-		mdb_txn_abort(txn);
+		jnl_rtx_end(j);
 	}
 	free(n);
-	return rc ? rc : jnl_commit_pending(j, false);
+	/* its marks only (its staging file), and the whole batch */
+	return rc ? rc : jnl_commit_pending(j, false, id);
 }
 
 /* --- claim and release -------------------------------------------------------- */
@@ -1102,6 +1407,9 @@ int jnl_chunk_claim_upto(struct jnl *j, struct jnl_chunk_ref *out, int max,
 	}
 	if (rc)
 		goto out_abort;
+	/* durable before a byte is sent: recovery counts (and resends) only
+	 * INFLIGHT chunks; the stream's earlier releases go with it */
+	w.sync = count > 0;
 	rc = jnl_wtx_commit(&w);
 	goto out_free;
 
@@ -1119,6 +1427,7 @@ int jnl_chunk_release(struct jnl *j, const struct jnl_chunk_ref *c, bool ok,
 	struct jnl_chunk_rec old, nw;
 	struct jnl_nrec *n;
 	struct jnl_wtx w;
+	bool pressure;
 	int rc;
 
 	if (!c || (ok && !sha256))
@@ -1126,6 +1435,11 @@ int jnl_chunk_release(struct jnl *j, const struct jnl_chunk_ref *c, bool ok,
 	n = malloc(sizeof(*n));
 	if (!n)
 		return -ENOMEM;
+	pthread_mutex_lock(&j->lock);
+	pressure = ok && room_pressure(j);
+	pthread_mutex_unlock(&j->lock);
+	if (pressure) /* drop_flushed() below: chunks stop being held */
+		pthread_rwlock_wrlock(&j->rw);
 	rc = jnl_wtx_begin(j, &w, false);
 	if (rc)
 		goto out_free;
@@ -1149,6 +1463,12 @@ int jnl_chunk_release(struct jnl *j, const struct jnl_chunk_ref *c, bool ok,
 		nw.state = JNL_CHUNK_DIRTY; /* keeps its dseq: oldest first */
 	}
 	rc = chunk_move(&w, c->id, n, c->index, &old, &nw);
+	if (!rc && pressure && nw.state == JNL_CHUNK_FLUSHED) {
+		/* backpressure: the remote has it, give the room back */
+		bool any;
+
+		rc = drop_flushed(&w, c->id, n, &any);
+	}
 	if (!rc)
 		rc = jnl_node_write(j, w.txn, c->id, n);
 	if (!rc && nw.state == JNL_CHUNK_FLUSHED && !n->r.unflushed &&
@@ -1170,6 +1490,8 @@ int jnl_chunk_release(struct jnl *j, const struct jnl_chunk_ref *c, bool ok,
 out_abort:
 	jnl_wtx_abort(&w);
 out_free:
+	if (pressure)
+		pthread_rwlock_unlock(&j->rw);
 	free(n);
 	return rc;
 }
@@ -1275,7 +1597,7 @@ int jnl_node_clean(struct jnl *j, jnl_id id)
 		rc = has_chunks(j, txn, id);
 		rc = rc < 0 ? rc : !rc;
 	}
-	mdb_txn_abort(txn);
+	jnl_rtx_end(j);
 	if (rc)
 		goto out_free;
 
@@ -1303,13 +1625,14 @@ int jnl_node_clean(struct jnl *j, jnl_id id)
 		n->r.rvalid = n->r.size;
 		rc = jnl_node_write(j, w.txn, id, n);
 	}
+	/* the staging file goes once this is durable (jnl_gc_run()) */
+	if (!rc)
+		rc = jnl_gc_add(j, id, 0, 0);
 	if (rc) {
 		jnl_wtx_abort(&w);
 		goto out_unlock;
 	}
 	rc = jnl_wtx_commit(&w);
-	if (!rc)
-		staging_remove(j, id); /* after the commit: see journal.h */
 out_unlock:
 	pthread_rwlock_unlock(&j->rw);
 	pthread_mutex_unlock(&j->commit_lock);
@@ -1318,4 +1641,91 @@ out_free:
 	free(recs);
 	free(n);
 	return rc == 1 ? 0 : rc;
+}
+
+/* --- giving staging back ------------------------------------------------ */
+
+/* Is chunk (id, idx) held: a record, or a mark? txn_lock held, commit_lock
+ * (committing is empty). */
+static int chunk_held(struct jnl *j, MDB_txn *txn, jnl_id id, uint64_t idx)
+{
+	struct jnl_chunk_rec c;
+	struct jnl_pent e;
+	int rc;
+
+	pthread_mutex_lock(&j->lock);
+	pend_find(j, id, idx, &e);
+	pthread_mutex_unlock(&j->lock);
+	if (pent_held(&e))
+		return 1;
+	rc = jnl_chunk_get(j, txn, id, idx, &c);
+	return rc == -ENOENT ? 0 : rc < 0 ? rc : 1;
+}
+
+void jnl_gc_run(struct jnl *j, const struct jnl_gc *g)
+{
+	struct jnl_gc_ent *todo;
+	size_t n = 0;
+	bool txn_held;
+	MDB_txn *txn;
+	int rc;
+
+	/* one entry per chunk to punch, or per file to remove */
+	for (size_t i = 0; i < g->n; i++)
+		n += g->e[i].count ? g->e[i].count : 1;
+	todo = malloc((n ? n : 1) * sizeof(*todo));
+	if (!todo)
+		return; /* the bytes stay: harmless */
+	n = 0;
+	/* nothing can become held meanwhile (rw exclusive, commit_lock) */
+	pthread_rwlock_wrlock(&j->rw);
+	rc = jnl_rtx_begin(j, &txn);
+	txn_held = !rc;
+	for (size_t i = 0; i < g->n && !rc; i++) {
+		const struct jnl_gc_ent *e = &g->e[i];
+
+		if (!e->count) {
+			pthread_mutex_lock(&j->lock);
+			rc = pend_has_node(j, e->id) ? 1 : 0;
+			pthread_mutex_unlock(&j->lock);
+			if (!rc)
+				rc = has_chunks(j, txn, e->id);
+			if (!rc)
+				todo[n++] = *e;
+			rc = rc > 0 ? 0 : rc;
+			continue;
+		}
+		for (uint64_t k = e->first; k < e->first + e->count && !rc;
+		     k++) {
+			rc = chunk_held(j, txn, e->id, k);
+			if (!rc)
+				todo[n++] = (struct jnl_gc_ent){ e->id, k, 1 };
+			rc = rc > 0 ? 0 : rc;
+		}
+	}
+	if (txn_held)
+		jnl_rtx_end(j);
+	for (size_t i = 0; i < n && !rc; i++) {
+		int fd;
+
+		if (!todo[i].count) {
+			staging_remove(j, todo[i].id);
+			continue;
+		}
+		if (jnl_fd_get(j, todo[i].id, false, &fd))
+			continue;
+		/* not held: nobody reads these bytes; failing is harmless */
+		(void)fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				(off_t)(todo[i].first << j->chunk_shift),
+				(off_t)j->chunk_size);
+		jnl_fd_put(j, todo[i].id, fd);
+	}
+	pthread_rwlock_unlock(&j->rw);
+	free(todo);
+	if (n) { /* disk bytes came back: writers may look again */
+		pthread_mutex_lock(&j->lock);
+		j->disk_at = 0;
+		jnl_room_signal(j);
+		pthread_mutex_unlock(&j->lock);
+	}
 }

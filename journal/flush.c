@@ -60,10 +60,15 @@
  *     never lands in a file an op moved onto its old name meanwhile. An
  *     open file follows its inode through later renames.
  *  5. FINISH and SETATTR with a size of node X are replayed only while no
- *     stream writes a chunk of X (s->writing, gate()): no chunk write
- *     claimed before a truncate lands after it. Writes claimed after see
- *     the truncated chunk records; a chunk that ends past the final size
- *     is followed by the FINISH its release appends.
+ *     stream writes a chunk of X (s->writing, gate()), and no stream starts
+ *     one until the remote call returned (s->sizing): no chunk write
+ *     lands during a truncate. The size is read after the gate: it covers
+ *     every chunk written before (FLUSHED chunks lie within the size), so
+ *     the truncate never cuts bytes the journal holds FLUSHED (a file
+ *     still being appended to gets a FINISH each time the streams catch
+ *     up with it). Writes claimed after see the truncated chunk records; a
+ *     chunk that ends past the final size is followed by the FINISH its
+ *     release appends.
  *  6. An op taken from the queue ends in exactly one of jnl_op_ack(),
  *     jnl_op_fail(fatal) (permanent remote error: logged once with its
  *     path) or jnl_op_fail(retry); ops still queued at stop are failed for
@@ -157,6 +162,8 @@ struct stream {
 
 	/* protected by f->lock */
 	jnl_id writing;                /* node of the chunk being sent, or 0 */
+	jnl_id sizing;                 /* node whose size is being applied
+					  (invariant 5), or 0 */
 	int64_t backoff_until;         /* CLOCK_MONOTONIC ns, 0 = none */
 	struct jnl_stream_stats st;
 	uint64_t rate_bytes[RATE_SLOTS];
@@ -633,6 +640,17 @@ static void park(struct stream *s, const struct jnl_chunk_ref *c, int rc)
 	pthread_mutex_unlock(&s->f->lock);
 }
 
+/* Is another stream applying the size of node @id? f->lock held. */
+static bool sized(const struct stream *s, jnl_id id)
+{
+	const struct jnl_flusher *f = s->f;
+
+	for (unsigned int i = 0; i < f->nstreams; i++)
+		if (&f->s[i] != s && f->s[i].sizing == id)
+			return true;
+	return false;
+}
+
 /* Send one claimed chunk and release (or park) it. */
 static void send_chunk(struct stream *s, const struct jnl_chunk_ref *c)
 {
@@ -643,6 +661,8 @@ static void send_chunk(struct stream *s, const struct jnl_chunk_ref *c)
 	int rc;
 
 	pthread_mutex_lock(&f->lock);
+	while (!f->stop && sized(s, c->id)) /* invariant 5 */
+		pthread_cond_wait(&f->done, &f->lock);
 	s->writing = c->id;
 	set_state(s, JNL_STREAM_FLUSHING);
 	pthread_mutex_unlock(&f->lock);
@@ -731,13 +751,15 @@ static bool unpark_one(struct stream *s, struct jnl_chunk_ref *out)
 
 /* --- ops ---------------------------------------------------------------------------- */
 
-/* Wait until no other stream writes a chunk of @id (invariant 5). */
+/* Keep streams from starting a chunk of @id, and wait until no other
+ * stream writes one (invariant 5); ungate() when the size is applied. */
 static int gate(struct stream *s, jnl_id id)
 {
 	struct jnl_flusher *f = s->f;
 	bool busy = true;
 
 	pthread_mutex_lock(&f->lock);
+	s->sizing = id;
 	while (!f->stop && busy) {
 		busy = false;
 		for (unsigned int i = 0; i < f->nstreams; i++)
@@ -746,8 +768,22 @@ static int gate(struct stream *s, jnl_id id)
 		if (busy)
 			pthread_cond_wait(&f->done, &f->lock);
 	}
+	if (busy) {
+		s->sizing = 0;
+		pthread_cond_broadcast(&f->done);
+	}
 	pthread_mutex_unlock(&f->lock);
 	return busy ? -ECANCELED : 0;
+}
+
+static void ungate(struct stream *s)
+{
+	struct jnl_flusher *f = s->f;
+
+	pthread_mutex_lock(&f->lock);
+	s->sizing = 0;
+	pthread_cond_broadcast(&f->done);
+	pthread_mutex_unlock(&f->lock);
 }
 
 static void ns_enter(struct jnl_flusher *f)
@@ -876,6 +912,7 @@ static int replay_attrs(struct stream *s, const struct jnl_op *op,
 	struct jnl_flusher *f = s->f;
 	unsigned int set = 0;
 	struct rmt_setattr sa;
+	struct jnl_node now;
 	int rc;
 
 	if (op->type == JNL_OP_FINISH) {
@@ -911,11 +948,22 @@ static int replay_attrs(struct stream *s, const struct jnl_op *op,
 			*fault = F_STOP;
 			return rc;
 		}
+		/* the size now: it covers every chunk written before */
+		rc = jnl_node_get(f->j, n->id, &now);
+		if (rc) {
+			ungate(s);
+			*fault = F_JOURNAL;
+			return rc;
+		}
+		n = &now;
 	}
 	if (op->type == JNL_OP_FINISH)
 		handle_drop(s, n->id); /* nothing touches it after the times */
 	sa = attrs_of(n, set);
-	return rmt_setattr(s->r, s->path, NULL, &sa);
+	rc = rmt_setattr(s->r, s->path, NULL, &sa);
+	if (set & RMT_SET_SIZE)
+		ungate(s);
+	return rc;
 }
 
 /* Carry @op out on the remote (journal.h, "Op replay"). */
@@ -1303,6 +1351,7 @@ int jnl_flusher_start(struct jnl *j, const struct jnl_flush_config *cfg,
 {
 	struct jnl_flusher *f;
 	pthread_condattr_t ca;
+	char *stream_opts = NULL;
 	int rc = 0;
 
 	*out = NULL;
@@ -1338,6 +1387,12 @@ int jnl_flusher_start(struct jnl *j, const struct jnl_flush_config *cfg,
 		flusher_free(f);
 		return -ENOMEM;
 	}
+	if (asprintf(&stream_opts, "connections=1%s%s",
+		     cfg->remote_opts && *cfg->remote_opts ? "," : "",
+		     cfg->remote_opts ? cfg->remote_opts : "") < 0) {
+		flusher_free(f);
+		return -ENOMEM;
+	}
 	for (unsigned int i = 0; i < f->nstreams && !rc; i++) {
 		struct stream *s = &f->s[i];
 
@@ -1351,7 +1406,8 @@ int jnl_flusher_start(struct jnl *j, const struct jnl_flush_config *cfg,
 			rc = -ENOMEM;
 			break;
 		}
-		rc = rmt_open(cfg->remote_spec, cfg->remote_opts, &s->r);
+		/* a stream is one connection: no pool of them per stream */
+		rc = rmt_open(cfg->remote_spec, stream_opts, &s->r);
 		if (rc) {
 			LOG_ERR("cannot open remote '%s' for flushing: %s",
 				cfg->remote_spec, strerror(-rc));
@@ -1363,6 +1419,7 @@ int jnl_flusher_start(struct jnl *j, const struct jnl_flush_config *cfg,
 			rc = -EXDEV;
 		}
 	}
+	free(stream_opts);
 	if (!rc)
 		rc = jnl_notify_set(j, on_work, f);
 	if (rc) {

@@ -1,7 +1,7 @@
 /*
- * journal.c - the upper layer of ferryfs: open, recovery, meta, the write
- * transaction helpers and the group commit. The contract is journal.h;
- * the record layouts and the split into files are in journal_i.h.
+ * journal.c - the upper layer of ferryfs: open, recovery, meta, the batch
+ * and its transactions, the group commit. The contract is journal.h; the
+ * record layouts and the split into files are in journal_i.h.
  *
  * Callers: fs/ (every write and namespace change through the mount), the
  * flusher (flush.c: claim/release, ops_ready/ack, clean), `ferryfs status`
@@ -9,11 +9,13 @@
  *
  * ON DISK
  *
- *   DIR/meta.mdb/   LMDB environment directory (data.mdb, lock.mdb): the
- *                   subdirectory form, not MDB_NOSUBDIR, so that LMDB's
- *                   lock file never sits next to the staging files
- *   DIR/data/<id>   sparse staging file of node <id> (decimal)
- *   DIR itself      flock()ed by the process that has it open (-EBUSY)
+ *   DIR/meta.mdb/   LMDB environment directory (data.mdb; lock.mdb is not
+ *                   used, MDB_NOLOCK, but may be there from an older
+ *                   ferryfs): the subdirectory form, not MDB_NOSUBDIR
+ *   DIR/data/<id>   sparse staging file of node <id> (decimal); a crash
+ *                   may leave files no record names (harmless)
+ *   DIR itself      flock()ed by the process that has it open (-EBUSY);
+ *                   that is the only lock: one process, LMDB unlocked
  *
  * Named databases: meta, nodes, dentries, chunks, ops (journal.h) and three
  * indexes: dirtyq (claim order), inflight (what recovery must undo),
@@ -38,6 +40,9 @@
  *                                                       (a later write)
  *     (no record) <--- jnl_node_clean() (every chunk of the node FLUSHED,
  *                      no op of it pending: FINISH acknowledged) --- FLUSHED
+ *     (no record) <--- drop_flushed() (data.c), under staging pressure:
+ *                      a full chunk on the remote, no op of the node
+ *                      pending; rvalid grows over it ----------------- FLUSHED
  *
  *   A write to an INFLIGHT chunk changes its generation and leaves it
  *   INFLIGHT: one flusher per chunk at a time; the release sends it back to
@@ -47,7 +52,9 @@
  *
  *   In DIRTY the staging file holds bytes the remote may not have; in
  *   INFLIGHT a flusher is sending them; in FLUSHED the staging file and the
- *   remote agree on [start, start + length) (sha256 recorded).
+ *   remote agree on [start, start + length) (sha256 recorded). Without a
+ *   record below rvalid the remote has the bytes; the staging bytes of a
+ *   record that went stay until the change is durable (invariant 17).
  *
  * INVARIANTS (jnl_assert_sane() checks 1-8 and 12 by a full scan)
  *
@@ -67,7 +74,8 @@
  *  5. Generations come from meta.next_gen and never repeat, so a chunk
  *     truncated away and written again cannot match an old claim.
  *  6. Ids come from meta.next_id and op seqs from meta.next_seq: both only
- *     grow, ids are never reused, every record's id/seq is below them.
+ *     grow, ids are never reused (not even those of a batch a crash lost:
+ *     jnl_open() skips JNL_ID_GAP), every record's id/seq is below them.
  *  7. Every dentry names an existing node (or 0, a whiteout); a directory
  *     node's mparent is the parent of its dentry. Every op names existing
  *     nodes, and a node's nops counts the ops naming it.
@@ -75,8 +83,9 @@
  *     unless a cancellation (node.c) made it UNLINKED or a fatal failure
  *     marked it JNL_NODE_ERROR (then 0); a node that is not LOCAL has
  *     create_seq = 0. A LOCAL node's nlink counts its dentries.
- *  9. A namespace change and the op that records it are in one LMDB
- *     transaction: the merged view and the op log never disagree.
+ *  9. A namespace change and the op that records it are in one child
+ *     transaction of the batch: the merged view and the op log never
+ *     disagree, in memory or after a crash.
  * 10. Durable mark => durable bytes (like ext4 data=ordered): the group
  *     commit fdatasyncs every staging file it has marks for before it
  *     commits them. A write is: pwrite to staging, then a mark in `pend`
@@ -84,7 +93,8 @@
  *     DIRTY chunk over bytes that did not reach the disk.
  * 11. Whether the journal holds a chunk ("held": a record, or a mark in
  *     pend/committing) only changes from no to yes while rw is held shared,
- *     and from yes to no only under rw exclusive (truncate). Readers look
+ *     and from yes to no only under rw exclusive (truncate, clean, drop;
+ *     its staging bytes: jnl_gc_run()). Readers look
  *     at pend/committing first and at LMDB second, so a mark moving from
  *     memory into LMDB is never missed in between.
  * 12. Handed-out ops live only in memory (j->handed): after a crash they
@@ -96,41 +106,135 @@
  * 14. jnl_node_clean() drops chunk records only of a node with unflushed
  *     0, nops 0 and no mark in pend, and sets its rvalid to its size: the
  *     remote then holds all of its merged content, so the chunks no longer
- *     held are read there (and partial writes fill first).
+ *     held are read there (and partial writes fill first). drop_flushed()
+ *     drops full FLUSHED chunks with no mark of a node with nops 0 and
+ *     raises rvalid only over a contiguous run of them: the same holds for
+ *     [0, rvalid).
+ * 15. Committed changes form a prefix of the changes made: every change is
+ *     a child transaction merged into the one batch, in the order of
+ *     txn_lock, and the batch commits whole (BATCHES). jnl_ops_ready()
+ *     hands out only ops below durable_seq (committed), so the remote is
+ *     never ahead of what a crash leaves of the journal.
+ * 16. A chunk is durably INFLIGHT before any byte of it is sent: claims
+ *     commit the batch (with the releases before them). So recovery
+ *     counts every chunk it resends, and at most one claim per stream
+ *     (streams x chunk size) is resent.
+ * 17. Staging bytes go (a file removed by clean, chunks punched out after
+ *     a drop, a truncate) only once the change that let them go is
+ *     durable, and only if no chunk holds them again by then
+ *     (jnl_gc_run() under rw exclusive, staging_cut_durably()): a crash
+ *     never brings back a record over bytes that are gone.
+ *
+ * BATCHES
+ *
+ *   Every change goes into the batch: LMDB's one write transaction, kept
+ *   open all the time (j->txn). A change is a child transaction of it
+ *   (jnl_wtx_begin/commit: mdb_txn_begin with the batch as parent), so
+ *   that a change that fails midway (-ENOSPC from a full map, a bad name
+ *   found late) is aborted alone and "on error nothing changed" holds per
+ *   call; merging a child into the batch costs no I/O. Every read reads
+ *   the batch (jnl_rtx_begin), so lookups, readdir, stats and the flusher
+ *   see the journal's own uncommitted changes. All of it under txn_lock:
+ *   one user of LMDB at a time, writers and readers alike; each holds it
+ *   for microseconds, except a batch commit (one fdatasync).
+ *
+ *   That is why the environment is MDB_NOLOCK: LMDB's writer mutex must be
+ *   unlocked by the thread that locked it, and the batch is begun and
+ *   committed by whichever thread comes, and used by all of them in turn.
+ *   With MDB_NOLOCK LMDB keeps no thread state; txn_lock serialises every
+ *   use of the batch (LMDB's "exclusive lock so that no readers may be
+ *   active when a writer begins"), and the flock of DIR keeps out other
+ *   processes. The short read transactions map_low() opens also run under
+ *   txn_lock, so no commit reuses their pages.
+ *
+ *   The batch commits (jnl_batch_commit) when the committer thread's
+ *   period (JNL_COMMIT_MS) ends after a change, on jnl_sync() and
+ *   jnl_fsync_node() (a directory's too), when a claim needs it durable
+ *   (invariant 16), when a truncate would throw staging bytes away, when
+ *   the ack of an op that is not idempotent (RENAME_EXCHANGE) must not be
+ *   lost, when writers wait for room and the change made flusher work,
+ *   and after batch_max changes (SPACE). Then the next batch begins at
+ *   once. A failed batch commit makes the journal FAILED: changes already
+ *   answered are gone from memory.
  *
  * DURABILITY
  *
- *   Environment flags MDB_NOTLS | MDB_NOMETASYNC: each commit fdatasyncs
- *   LMDB's data pages (integrity) and defers the meta page; the committer
- *   thread calls mdb_env_sync() within commit_ms of any commit, jnl_sync()
- *   at once. So a crash loses at most the last JNL_COMMIT_MS of changes that
- *   nobody synced, and never corrupts the database.
+ *   Environment flags MDB_NOTLS | MDB_NOLOCK | MDB_NOMETASYNC: a batch
+ *   commit fdatasyncs LMDB's data pages and writes the meta page without a
+ *   sync; the next commit's fdatasync, or mdb_env_sync() by the committer
+ *   within commit_ms, or jnl_sync()/jnl_fsync_node() at once, makes it
+ *   durable. Data pages are always synced before a meta page that names
+ *   them is written, so a crash of the process or of the system never
+ *   corrupts the database (LMDB's guarantee for NOMETASYNC; MDB_NOSYNC
+ *   would not give it: without the sync the system may write a meta page
+ *   before the pages it names, and a system crash then leaves a corrupt
+ *   database). A namespace change costs no disk sync of its own.
  *
+ *   What a crash loses: the changes after the last durable batch commit,
+ *   that is of the last JNL_COMMIT_MS or so that nobody synced
+ *   (jnl_sync, jnl_fsync_node, a claim...), whole changes and in order:
+ *   what survives is a prefix of what was done (invariant 15), as with a
+ *   local filesystem's metadata journal (ext4 commits its journal every
+ *   5 s; data=ordered is invariant 10 here). A killed process loses the
+ *   batch still in memory; a system crash may also undo the last commit
+ *   whose meta page was not synced yet. Writes (chunk marks) are lost the
+ *   same way; a write may be lost while a later namespace change survives
+ *   (a rename after an unsynced write, as ext4 without auto_da_alloc).
+ *   jnl_fsync_node(id) makes id's data durable (its staging file only) and
+ *   every namespace change so far: its create and its parents' creates
+ *   with it. Ids of a lost batch are not handed out again (jnl_open()
+ *   skips JNL_ID_GAP ids, more than a batch holds): the staging files of
+ *   lost nodes stay as harmless orphans, never seen by new nodes.
+
  * SPACE
  *
- *   The LMDB map is large and sparse (64 GiB). Transactions that may add
+ *   The LMDB map is large and sparse (64 GiB). Changes that may add
  *   records (namespace changes, the group commit) fail with -ENOSPC once
- *   the map is down to a reserve (1/32 of it, 32 pages to 256 MiB); the
- *   flusher's transactions (ack, claim, release) may use the reserve, so a
- *   full map drains instead of wedging. A create stores its future remote
- *   name already, so its ack does not grow the record. max_bytes bounds
- *   the staging bytes (committed + reserved by pending marks).
+ *   the map is down to a reserve (1/32 of it, 32 pages to 256 MiB, checked
+ *   against the last commit); the flusher's changes (ack, claim, release)
+ *   may use the reserve, so a full map drains instead of wedging. A batch
+ *   holds at most batch_max = reserve / 32 pages changes (a change dirties
+ *   fewer than 32 pages) before it commits, so a batch fits in the reserve
+ *   it was checked against. A create stores its future remote name
+ *   already, so its ack does not grow the record.
  *
+ *   Staging has two bounds (data.c): max_bytes (journal_max) on the
+ *   staging bytes held (committed records plus reservations of marks), and
+ *   the journal disk: bytes reserved since the last look at its free space
+ *   (fstatvfs, every 50 ms) against what was free then less a margin (1/64
+ *   of the disk, 1 MiB to 256 MiB: LMDB's growth, block rounding, other
+ *   writers of the disk). A write that does not fit waits (room_wait(), no
+ *   lock held) for the flusher: the group commit is hurried so its marks
+ *   become claimable, flusher work commits at once, and room comes back
+ *   as chunks are released and dropped or nodes cleaned, and (disk) once
+ *   their staging bytes are punched out or removed (jnl_gc_run(), after
+ *   the change is durable: invariant 17). After write_wait_ms it fails
+ *   with -ENOSPC, nothing changed. Backpressure starts before a bound:
+ *   within a quarter of max_bytes (or of the disk's size; at most 1 GiB)
+ *   the journal gives back released chunks at once (drop_flushed()), so a
+ *   writer meets the bound only if the flusher is slower than it. A
+ *   pwrite that finds the disk full still fails at once with -ENOSPC,
+ *   nothing marked: the last word.
+
  * LOCKING
  *
- *   commit_lock -> rw -> lock (journal_i.h). The group commit holds
- *   commit_lock across its fdatasyncs and its transaction, and jnl_setattr()
- *   and jnl_node_clean() across theirs, so that no mark is between memory
- *   and LMDB while they edit a node's chunks. jnl_read() holds rw shared
- *   from its look at "held" to its pread, so a clean or truncate (rw
- *   exclusive) cannot take the staging bytes away in between. The
- *   flusher's wake-up hook runs at the end of jnl_wtx_commit() under lock
- *   (lock -> the flusher's own lock; it never calls the journal). LMDB
- *   serialises write transactions itself; every decision that combines
- *   LMDB state with in-memory sets (handed-out ops, cancellation of a
- *   pending create) is taken inside a write transaction, so it sees the
- *   latest commit. No lock is held across a remote call: the journal
- *   makes none (flush.c, which does, holds none of these across one).
+ *   commit_lock -> rw -> txn_lock -> lock (journal_i.h). The group
+ *   commit holds commit_lock across its fdatasyncs and its transactions,
+ *   jnl_setattr(SIZE) and jnl_node_clean() across theirs, so that no mark
+ *   is between memory and LMDB while they edit a node's chunks (a setattr
+ *   without SIZE takes no commit_lock: it drops the write mtime of marks
+ *   in pend and committing under txn_lock, before any group commit can
+ *   apply them). jnl_read() holds rw shared from its look at "held" to its
+ *   pread, so a clean, drop, truncate or gc (rw exclusive) cannot take the
+ *   staging bytes away in between. txn_lock is held by every use of LMDB
+ *   (BATCHES), never across a wait for room, a staging fdatasync or a
+ *   remote call. The flusher's wake-up hook runs at a batch commit under
+ *   lock (lock -> the flusher's own lock; it never calls the journal).
+ *   Every decision that combines LMDB state with in-memory sets
+ *   (handed-out ops, cancellation of a pending create, marks that a drop
+ *   must not pass) is taken under txn_lock, so it sees the latest change.
+ *   No lock is held across a remote call: the journal makes none
+ *   (flush.c, which does, holds none of these across one).
  */
 #include <dirent.h>
 #include <stdarg.h>
@@ -144,11 +248,13 @@
 #include "log.h"
 
 #define JNL_MAP_SIZE (64ull << 30) /* sparse; grows only with use */
+#define JNL_ID_GAP 65536 /* ids skipped at open: >= batch_max */
 #define JNL_MAX_DBS 10
 
 size_t jnl_test_map_size;
 unsigned int jnl_test_commit_ms;
 unsigned int jnl_test_env_flags;
+bool jnl_test_no_disk_room;
 
 static _Thread_local char errmsg[512];
 
@@ -258,6 +364,24 @@ static int map_low(struct jnl *j)
 	return room < j->reserve_pages ? -ENOSPC : 0;
 }
 
+/* The batch, opened if there is none. txn_lock held. */
+static int batch_get(struct jnl *j)
+{
+	int rc;
+
+	if (j->txn)
+		return 0;
+	rc = mdb_txn_begin(j->env, NULL, 0, &j->txn);
+	if (rc) {
+		j->txn = NULL;
+		LOG_ERR("cannot begin a transaction in journal '%s': %s",
+			j->dir, mdb_strerror(rc));
+		return jnl_fail(j, -EIO);
+	}
+	j->batch_ops = 0;
+	return 0;
+}
+
 int jnl_wtx_begin(struct jnl *j, struct jnl_wtx *w, bool grow)
 {
 	int rc = jnl_failed(j);
@@ -267,54 +391,152 @@ int jnl_wtx_begin(struct jnl *j, struct jnl_wtx *w, bool grow)
 	w->j = j;
 	w->m_dirty = false;
 	w->wake = false;
-	rc = grow ? map_low(j) : 0;
-	if (rc)
-		return rc;
-	rc = mdb_txn_begin(j->env, NULL, 0, &w->txn);
-	if (rc)
-		return jnl_mdb(j, rc);
-	rc = meta_get(j, w->txn, &w->m);
-	if (rc) {
-		mdb_txn_abort(w->txn);
-		return rc;
+	w->sync = false;
+	w->unreserve = 0;
+	pthread_mutex_lock(&j->txn_lock);
+	rc = jnl_failed(j);
+	if (!rc)
+		rc = batch_get(j);
+	if (!rc && grow)
+		rc = map_low(j);
+	if (!rc) {
+		rc = mdb_txn_begin(j->env, j->txn, 0, &w->txn);
+		if (rc)
+			rc = jnl_mdb(j, rc);
 	}
-	return 0;
+	if (!rc) {
+		rc = meta_get(j, w->txn, &w->m);
+		if (rc)
+			mdb_txn_abort(w->txn);
+	}
+	if (rc)
+		pthread_mutex_unlock(&j->txn_lock);
+	return rc;
 }
 
 void jnl_wtx_abort(struct jnl_wtx *w)
 {
 	mdb_txn_abort(w->txn);
+	pthread_mutex_unlock(&w->j->txn_lock);
+}
+
+static int gc_add(struct jnl_gc *g, const struct jnl_gc_ent *e)
+{
+	if (g->n == g->cap) {
+		size_t cap = g->cap ? g->cap * 2 : 16;
+		struct jnl_gc_ent *ne = realloc(g->e, cap * sizeof(*ne));
+
+		if (!ne)
+			return -ENOMEM;
+		g->e = ne;
+		g->cap = cap;
+	}
+	g->e[g->n++] = *e;
+	return 0;
+}
+
+int jnl_gc_add(struct jnl *j, jnl_id id, uint64_t first, uint64_t count)
+{
+	struct jnl_gc_ent e = { id, first, count };
+
+	return gc_add(&j->gc_new, &e);
+}
+
+static void gc_free(struct jnl_gc *g)
+{
+	free(g->e);
+	memset(g, 0, sizeof(*g));
 }
 
 int jnl_wtx_commit(struct jnl_wtx *w)
 {
 	struct jnl *j = w->j;
-	size_t txnid = mdb_txn_id(w->txn);
+	uint64_t staged;
 	int rc = 0;
 
 	if (w->m_dirty)
 		rc = meta_put(j, w->txn, &w->m);
 	if (rc) {
 		mdb_txn_abort(w->txn);
+		pthread_mutex_unlock(&j->txn_lock);
 		return rc;
 	}
 	rc = mdb_txn_commit(w->txn);
-	if (rc)
-		return jnl_mdb(j, rc);
-	pthread_mutex_lock(&j->lock);
-	if (txnid > j->staged_txnid) {
-		j->staged_txnid = txnid;
-		j->staged = w->m.dirty_bytes + w->m.inflight_bytes +
-			    w->m.flushed_bytes;
+	if (rc) {
+		rc = jnl_mdb(j, rc);
+		pthread_mutex_unlock(&j->txn_lock);
+		return rc;
 	}
+	j->batch_ops++;
+	if (w->wake)
+		j->wake_pending = true;
+	staged = w->m.dirty_bytes + w->m.inflight_bytes + w->m.flushed_bytes;
+	pthread_mutex_lock(&j->lock);
+	if (staged < j->staged + w->unreserve)
+		jnl_room_signal(j);
+	j->staged = staged;
+	j->pend_new -= w->unreserve;
+	if (!j->dirty) {
+		j->dirty = true;
+		pthread_cond_signal(&j->cond);
+	}
+	/* writers wait for room: flusher work (a FINISH appended, an op
+	 * acknowledged) must not wait for the period */
+	if (w->wake && j->waiters)
+		w->sync = true;
+	pthread_mutex_unlock(&j->lock);
+	if (w->sync || j->batch_ops >= j->batch_max)
+		rc = jnl_batch_commit(j);
+	pthread_mutex_unlock(&j->txn_lock);
+	return rc;
+}
+
+int jnl_batch_commit(struct jnl *j)
+{
+	struct jnl_meta_rec m;
+	bool wake;
+	int rc;
+
+	pthread_mutex_lock(&j->lock);
+	if (!j->dirty) { /* nothing changed since the last commit */
+		pthread_mutex_unlock(&j->lock);
+		return jnl_failed(j);
+	}
+	pthread_mutex_unlock(&j->lock);
+	if (!j->txn) /* dirty but no batch: it was lost */
+		return jnl_fail(j, -EIO);
+	rc = meta_get(j, j->txn, &m);
+	if (!rc) {
+		rc = mdb_txn_commit(j->txn);
+		j->txn = NULL;
+		if (rc) {
+			/* the batch is gone with changes already answered */
+			LOG_ERR("cannot commit journal '%s': %s", j->dir,
+				mdb_strerror(rc));
+			rc = jnl_fail(j, -EIO);
+		}
+	}
+	if (rc)
+		return rc;
+	j->durable_seq = m.next_seq;
+	/* what the batch cleaned up may go once the commit is synced */
+	for (size_t i = 0; i < j->gc_new.n; i++)
+		if (gc_add(&j->gc_due, &j->gc_new.e[i]))
+			break; /* no memory: the bytes stay (harmless) */
+	j->gc_new.n = 0;
+	wake = j->wake_pending;
+	j->wake_pending = false;
+	rc = batch_get(j);
+	pthread_mutex_lock(&j->lock);
+	j->dirty = false;
 	if (!j->unsynced) {
 		j->unsynced = true;
 		pthread_cond_signal(&j->cond);
 	}
-	if (w->wake && j->notify_fn)
+	if (wake && j->notify_fn)
 		j->notify_fn(j->notify_arg);
 	pthread_mutex_unlock(&j->lock);
-	return 0;
+	return rc;
 }
 
 int jnl_notify_set(struct jnl *j, jnl_notify_fn fn, void *arg)
@@ -338,7 +560,27 @@ int jnl_rtx_begin(struct jnl *j, MDB_txn **txn)
 
 	if (rc)
 		return rc;
-	return jnl_mdb(j, mdb_txn_begin(j->env, NULL, MDB_RDONLY, txn));
+	pthread_mutex_lock(&j->txn_lock);
+	rc = jnl_failed(j);
+	if (!rc)
+		rc = batch_get(j);
+	if (rc) {
+		pthread_mutex_unlock(&j->txn_lock);
+		return rc;
+	}
+	*txn = j->txn;
+	return 0;
+}
+
+void jnl_rtx_end(struct jnl *j)
+{
+	pthread_mutex_unlock(&j->txn_lock);
+}
+
+void jnl_room_signal(struct jnl *j)
+{
+	if (j->waiters)
+		pthread_cond_broadcast(&j->room);
 }
 
 /* --- group commit ------------------------------------------------------- */
@@ -365,6 +607,27 @@ static void ptab_merge(struct jnl_ptab *to, struct jnl_ptab *from)
 			t->max_end = f->max_end;
 		t->added += f->added;
 	}
+}
+
+/* Move the marks of node @only from pend to committing (lock held;
+ * committing is empty). */
+static void ptab_take(struct jnl *j, jnl_id only)
+{
+	struct jnl_ptab rest = { 0 };
+
+	for (size_t i = 0; i < j->pend.cap; i++) {
+		struct jnl_pent *e = &j->pend.e[i], *t;
+
+		if (!(e->flags & JNL_PENT_USED))
+			continue;
+		t = jnl_ptab_get(e->id == only ? &j->committing : &rest, e->id,
+				 e->idx);
+		if (!t)
+			BUG("out of memory keeping chunk marks");
+		*t = *e;
+	}
+	jnl_ptab_free(&j->pend);
+	j->pend = rest;
 }
 
 static int sync_staging(struct jnl *j, struct jnl_ptab *t)
@@ -399,22 +662,26 @@ static int sync_staging(struct jnl *j, struct jnl_ptab *t)
 	return rc == -EIO ? jnl_fail(j, rc) : rc;
 }
 
-int jnl_commit_pending(struct jnl *j, bool locked)
+int jnl_commit_pending(struct jnl *j, bool locked, jnl_id only)
 {
 	struct jnl_ptab tmp;
+	struct jnl_gc due = { 0 };
 	struct jnl_wtx w;
 	uint64_t reserved = 0;
-	bool any;
-	int rc;
+	bool any, unsynced;
+	int rc, marks_rc;
 
 	if (!locked)
 		pthread_mutex_lock(&j->commit_lock);
 	pthread_mutex_lock(&j->lock);
-	tmp = j->committing; /* empty: only this function fills it */
-	j->committing = j->pend;
-	j->pend = tmp;
+	if (only) {
+		ptab_take(j, only); /* committing is empty: commit_lock */
+	} else {
+		tmp = j->committing;
+		j->committing = j->pend;
+		j->pend = tmp;
+	}
 	any = j->committing.used > 0;
-	j->unsynced = false;
 	pthread_mutex_unlock(&j->lock);
 
 	rc = jnl_failed(j);
@@ -427,28 +694,54 @@ int jnl_commit_pending(struct jnl *j, bool locked)
 			rc = jnl_wtx_begin(j, &w, true);
 		if (!rc) {
 			rc = jnl_pend_apply(&w, &j->committing);
+			w.unreserve = reserved;
 			if (rc)
 				jnl_wtx_abort(&w);
 			else
 				rc = jnl_wtx_commit(&w);
 		}
 	}
-	if (!rc)
+	marks_rc = rc;
+	/* the namespace changes go even if the marks could not (-ENOSPC) */
+	rc = jnl_failed(j);
+	if (!rc) {
+		pthread_mutex_lock(&j->txn_lock);
+		rc = jnl_batch_commit(j);
+		/* every clean-up committed so far is covered by the sync */
+		due = j->gc_due;
+		memset(&j->gc_due, 0, sizeof(j->gc_due));
+		pthread_mutex_unlock(&j->txn_lock);
+	}
+	pthread_mutex_lock(&j->lock);
+	unsynced = j->unsynced;
+	j->unsynced = false;
+	pthread_mutex_unlock(&j->lock);
+	if (!rc && unsynced)
 		rc = jnl_mdb(j, mdb_env_sync(j->env, 1));
+	if (rc) {
+		pthread_mutex_lock(&j->txn_lock);
+		for (size_t i = 0; i < due.n; i++) /* for the next try */
+			if (gc_add(&j->gc_due, &due.e[i]))
+				break;
+		pthread_mutex_unlock(&j->txn_lock);
+		pthread_mutex_lock(&j->lock);
+		j->unsynced = j->unsynced || unsynced;
+		pthread_mutex_unlock(&j->lock);
+	} else if (due.n) {
+		jnl_gc_run(j, &due);
+	}
+	gc_free(&due);
 
 	pthread_mutex_lock(&j->lock);
-	if (rc && any) {
-		/* nothing was committed: keep the marks for the next try */
+	if (marks_rc && any) /* not applied: keep them for the next try */
 		ptab_merge(&j->pend, &j->committing);
-	} else {
-		j->pend_new -= reserved;
-	}
+	/* else their reservations went with the records (w.unreserve) */
 	jnl_ptab_clear(&j->committing);
-	j->commit_err = rc == -ENOSPC ? rc : 0;
+	j->commit_err = marks_rc == -ENOSPC ? marks_rc : 0;
 	pthread_mutex_unlock(&j->lock);
 	if (!locked)
 		pthread_mutex_unlock(&j->commit_lock);
-	return rc;
+	return marks_rc ? marks_rc : rc;
 }
 
 static void *committer(void *arg)
@@ -459,7 +752,7 @@ static void *committer(void *arg)
 	while (!j->stop) {
 		struct timespec until;
 
-		if (!j->pend.used && !j->unsynced) {
+		if (!j->pend.used && !j->dirty && !j->unsynced) {
 			pthread_cond_wait(&j->cond, &j->lock);
 			continue;
 		}
@@ -467,14 +760,15 @@ static void *committer(void *arg)
 		until.tv_nsec += (long)j->commit_ms * 1000000L;
 		until.tv_sec += until.tv_nsec / 1000000000L;
 		until.tv_nsec %= 1000000000L;
-		while (!j->stop &&
+		while (!j->stop && !j->hurry &&
 		       pthread_cond_timedwait(&j->cond, &j->lock, &until) !=
 			       ETIMEDOUT)
 			;
 		if (j->stop)
 			break;
+		j->hurry = false;
 		pthread_mutex_unlock(&j->lock);
-		int rc = jnl_commit_pending(j, false);
+		int rc = jnl_commit_pending(j, false, 0);
 		if (rc && rc != -ENOSPC)
 			LOG_ERR("cannot commit journal '%s': %s", j->dir,
 				strerror(-rc));
@@ -498,7 +792,7 @@ int jnl_sync(struct jnl *j)
 {
 	int rc = jnl_failed(j);
 
-	return rc ? rc : jnl_commit_pending(j, false);
+	return rc ? rc : jnl_commit_pending(j, false, 0);
 }
 
 /* --- open ----------------------------------------------------------------- */
@@ -748,7 +1042,7 @@ static int open_env(struct jnl *j, bool creating, unsigned int flags,
 							JNL_MAP_SIZE);
 	if (!rc)
 		rc = mdb_env_open(j->env, path,
-				  MDB_NOTLS | MDB_NOMETASYNC |
+				  MDB_NOTLS | MDB_NOLOCK | MDB_NOMETASYNC |
 					  jnl_test_env_flags,
 				  0600);
 	if (rc)
@@ -765,11 +1059,17 @@ static int open_env(struct jnl *j, bool creating, unsigned int flags,
 			j->reserve_pages = 32;
 		if (j->reserve_pages > 65536)
 			j->reserve_pages = 65536;
+		_Static_assert(65536 / 32 <= JNL_ID_GAP,
+			       "a lost batch may hold batch_max new ids");
+		/* a change dirties at most ~32 pages: a batch stays within
+		 * the reserve that map_low() checked against the last commit */
+		j->batch_max = (unsigned int)(j->reserve_pages / 32);
+		if (!j->batch_max)
+			j->batch_max = 1;
 	}
 
+	memset(&w, 0, sizeof(w));
 	w.j = j;
-	w.m_dirty = false;
-	w.wake = false;
 	rc = mdb_txn_begin(j->env, NULL, 0, &w.txn);
 	if (rc)
 		return open_err(j, rc, "beginning a transaction");
@@ -799,6 +1099,10 @@ static int open_env(struct jnl *j, bool creating, unsigned int flags,
 	} else {
 		rc = check_meta(j, w.txn, cfg, &w.m);
 		if (!rc) {
+			/* ids a crash lost (at most a batch of them) are not
+			 * handed out again: their staging files may be left */
+			w.m.next_id += JNL_ID_GAP;
+			w.m_dirty = true;
 			rc = jnl_chunks_recover(&w, &j->resent_bytes);
 			if (rc)
 				set_errmsg("cannot recover journal '%s': %s",
@@ -810,7 +1114,12 @@ static int open_env(struct jnl *j, bool creating, unsigned int flags,
 	j->chunk_size = w.m.chunk_size;
 	j->chunk_shift = (unsigned int)__builtin_ctz(j->chunk_size);
 	j->staged = w.m.dirty_bytes + w.m.inflight_bytes + w.m.flushed_bytes;
-	rc = jnl_wtx_commit(&w);
+	j->durable_seq = w.m.next_seq;
+	/* not a child of a batch: commit it itself */
+	rc = w.m_dirty ? meta_put(j, w.txn, &w.m) : 0;
+	if (rc)
+		goto out_abort;
+	rc = jnl_mdb(j, mdb_txn_commit(w.txn));
 	if (!rc)
 		rc = jnl_mdb(j, mdb_env_sync(j->env, 1));
 	if (rc)
@@ -826,6 +1135,8 @@ out_abort:
 static void jnl_free(struct jnl *j)
 {
 	jnl_fd_close_all(j);
+	if (j->txn) /* empty after a clean close; FAILED: lost */
+		mdb_txn_abort(j->txn);
 	if (j->env)
 		mdb_env_close(j->env);
 	if (j->datafd >= 0)
@@ -835,8 +1146,12 @@ static void jnl_free(struct jnl *j)
 	jnl_ptab_free(&j->pend);
 	jnl_ptab_free(&j->committing);
 	jnl_u64set_free(&j->handed);
+	gc_free(&j->gc_new);
+	gc_free(&j->gc_due);
+	pthread_cond_destroy(&j->room);
 	pthread_cond_destroy(&j->cond);
 	pthread_mutex_destroy(&j->lock);
+	pthread_mutex_destroy(&j->txn_lock);
 	pthread_rwlock_destroy(&j->rw);
 	pthread_mutex_destroy(&j->commit_lock);
 	free(j->remote_id);
@@ -878,6 +1193,10 @@ int jnl_open(const char *dir, const struct jnl_config *cfg, unsigned int flags,
 	}
 	j->dirfd = j->datafd = -1;
 	j->max_bytes = cfg->max_bytes;
+	j->disk_room = !jnl_test_no_disk_room;
+	j->disk_avail = UINT64_MAX;
+	j->wait_ms = cfg->write_wait_ms ? cfg->write_wait_ms :
+					  JNL_WRITE_WAIT_MS;
 	j->commit_ms = jnl_test_commit_ms ? jnl_test_commit_ms : JNL_COMMIT_MS;
 	pthread_mutex_init(&j->commit_lock, NULL);
 	pthread_rwlockattr_init(&rwa);
@@ -885,10 +1204,12 @@ int jnl_open(const char *dir, const struct jnl_config *cfg, unsigned int flags,
 		&rwa, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
 	pthread_rwlock_init(&j->rw, &rwa);
 	pthread_rwlockattr_destroy(&rwa);
+	pthread_mutex_init(&j->txn_lock, NULL);
 	pthread_mutex_init(&j->lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&j->cond, &ca);
+	pthread_cond_init(&j->room, &ca);
 	pthread_condattr_destroy(&ca);
 
 	rc = open_dirs(j, flags, &creating);
@@ -920,13 +1241,14 @@ void jnl_close(struct jnl *j)
 	pthread_mutex_lock(&j->lock);
 	j->stop = true;
 	pthread_cond_signal(&j->cond);
+	pthread_cond_broadcast(&j->room);
 	pthread_mutex_unlock(&j->lock);
 	pthread_join(j->thread, NULL);
 	rc = jnl_failed(j);
 	if (rc)
 		LOG_ERR("journal '%s' closed FAILED: changes after the last "
 			"commit are lost: %s", j->dir, strerror(-rc));
-	else if ((rc = jnl_commit_pending(j, false)))
+	else if ((rc = jnl_commit_pending(j, false, 0)))
 		LOG_ERR("journal '%s' closed with uncommitted changes: %s",
 			j->dir, strerror(-rc));
 	jnl_free(j);
@@ -956,6 +1278,8 @@ int jnl_stats(struct jnl *j, struct jnl_stats *out)
 	pthread_mutex_lock(&j->lock);
 	pend_new = j->pend_new;
 	marks = j->pend.used + j->committing.used;
+	out->write_waits = j->write_waits;
+	out->writers_waiting = j->waiters;
 	pthread_mutex_unlock(&j->lock);
 	rc = jnl_rtx_begin(j, &txn);
 	if (rc)
@@ -965,7 +1289,7 @@ int jnl_stats(struct jnl *j, struct jnl_stats *out)
 		rc = jnl_mdb(j, mdb_stat(txn, j->db_dirtyq, &q));
 	if (!rc)
 		rc = jnl_mdb(j, mdb_stat(txn, j->db_inflight, &fl));
-	mdb_txn_abort(txn);
+	jnl_rtx_end(j);
 	if (rc)
 		return rc;
 	out->dirty_bytes = m.dirty_bytes;

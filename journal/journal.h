@@ -74,35 +74,53 @@
  * directory) whose create is still pending and not handed out cancels the
  * create: neither op reaches the remote.
  *
- * Durability. Staging data is written at once; LMDB changes are grouped:
- * jnl_write() records chunk marks in memory, a background commit makes them
- * durable within JNL_COMMIT_MS, and jnl_sync() commits now (fsync of a
- * file through the mount = jnl_fsync_node()). A crash loses at most the
- * writes of the last JNL_COMMIT_MS that nobody fsynced, as a local
- * filesystem would. Namespace changes commit at once but LMDB syncs its meta
- * page with the next group commit (MDB_NOMETASYNC): the same bound. Marks
- * are committed only after the staging bytes they cover are fdatasync()ed,
- * so a crash never leaves a DIRTY chunk over bytes that were lost.
+ * Durability. Staging data is written at once; everything else is grouped.
+ * A namespace change (and every other change: acks, releases, cleans) goes
+ * into one long LMDB transaction, the batch, that every reader of the
+ * journal sees at once; jnl_write() records chunk marks in memory. The
+ * group commit makes both durable within JNL_COMMIT_MS; jnl_sync() does
+ * it now; jnl_fsync_node() makes one node's data durable (only its
+ * staging file is synced) together with every namespace change so far (its
+ * create and its parents' creates included): fsync of a file or directory
+ * through the mount. No change costs a disk sync of its own. A crash loses
+ * the changes of the last JNL_COMMIT_MS or so that nobody synced: whole
+ * changes, in order (what survives is a prefix of what was done), as a
+ * local filesystem's metadata journal would; a write may be lost while a
+ * later namespace change survives. Marks are committed only after the
+ * staging bytes they cover are fdatasync()ed, so a crash never leaves a
+ * DIRTY chunk over bytes that were lost; staging bytes are given back only
+ * once the change that released them is durable. journal.c "BATCHES" and
+ * "DURABILITY" have the details.
+ *
+ * Space. Staging is bounded by jnl_config.max_bytes and by the free space
+ * of the journal's disk (less a margin). A write that does not fit waits
+ * for the flusher to make room, up to write_wait_ms, and only then fails
+ * with -ENOSPC; near a bound the journal gives flushed chunks back to the
+ * remote early (backpressure). A disk that reports itself full to the
+ * write still fails it at once with -ENOSPC. journal.c "SPACE".
  *
  * Errors: 0 (or a byte count) on success, -errno on failure:
  *   -ENOENT    no such node / dentry / journal (jnl_open without JNL_CREATE)
  *   -EEXIST    dentry exists
  *   -ENODATA   jnl_write: fill the chunk first (jnl_chunk_fill)
- *   -ENOSPC    the journal disk or the LMDB map is full, or max_bytes is
- *              reached (nothing was changed by the failing call)
+ *   -ENOSPC    the journal disk or the LMDB map is full, or a write found
+ *              no room under max_bytes or the disk's free space within
+ *              write_wait_ms (nothing was changed by the failing call)
  *   -EINVAL    a bad argument (name with '/', "." or "..", flags, types)
  *   -EXDEV     jnl_open: the journal belongs to another remote
  *   -EPROTO    jnl_open: not a ferryfs journal, another format version,
  *              or a corrupted LMDB file
  *   -EBUSY     jnl_open: another process has the journal open
  *   -ENOTEMPTY jnl_open with JNL_CREATE: a directory that is not a journal
- *   -EIO       anything else LMDB reports, or a failed read/write/sync of
- *              a staging file; the journal is then FAILED and every later
- *              call returns the same error (sticky)
+ *   -EIO       anything else LMDB reports, a failed read/write/sync of a
+ *              staging file, or a failed commit of the batch; the journal
+ *              is then FAILED and every later call returns the same error
+ *              (sticky); what the last commit did not cover is lost
  * jnl_errmsg() gives a one-line human reason for the last jnl_open failure.
  *
  * Threads: every function may be called from any thread; the journal
- * serialises LMDB writes itself (one writer) and never holds its lock across
+ * serialises its use of LMDB itself (readers and writers take turns on the
+ * batch, each for microseconds) and never holds its lock across a wait or
  * a remote call (it makes none: journal/ never calls remote/ except in the
  * flusher, flush.c, through its own API). The flusher ("the flusher" at the
  * end) is optional: tests and tools drive claim/release and the op log by
@@ -126,6 +144,7 @@ typedef uint64_t jnl_id;
 #define JNL_FORMAT_VERSION 1
 #define JNL_DEFAULT_CHUNK (4u << 20)
 #define JNL_COMMIT_MS 100
+#define JNL_WRITE_WAIT_MS 60000
 
 enum jnl_flags {
 	JNL_CREATE = 1 << 0, /* create the journal if the directory is empty
@@ -138,8 +157,12 @@ struct jnl_config {
 	uint32_t chunk_size;
 	/* rmt_id() of the share: stored at creation, must match at open */
 	const char *remote_id;
-	/* bound on staging bytes (journal_max); 0 = until the disk is full */
+	/* bound on staging bytes (journal_max); 0 = the free space of the
+	 * journal's disk (less a margin) is the only bound */
 	uint64_t max_bytes;
+	/* how long a write waits for the flusher to make room under the
+	 * bounds before it fails with -ENOSPC; 0 = JNL_WRITE_WAIT_MS */
+	unsigned int write_wait_ms;
 };
 
 /*
@@ -149,7 +172,8 @@ struct jnl_config {
  * whole journal, so a journal holding 100,000 pending files opens at once.
  * JNL_CREATE creates @dir if missing and refuses a non-empty directory
  * that holds no journal (-ENOTEMPTY). The stored chunk size wins over
- * cfg->chunk_size. Starts the group-commit thread.
+ * cfg->chunk_size. Starts the group-commit thread. Ids a crash may have
+ * lost are not handed out again (each open skips 65,536 ids).
  * Caller owns *out; close with jnl_close(). Errors: see above, and -ENOENT
  * (no journal, no JNL_CREATE), -EINVAL (bad cfg); on error *out is NULL.
  */
@@ -166,8 +190,9 @@ uint32_t jnl_chunk_size(const struct jnl *j);
  * open). Owned by j. */
 const char *jnl_remote_id(const struct jnl *j);
 /* Make every change so far durable (group commit now: fdatasync the
- * staging files with marks, commit, sync LMDB). Errors: -ENOSPC (the marks
- * stay pending and are retried), -EIO. */
+ * staging files with marks, commit the batch, sync LMDB). Errors: -ENOSPC
+ * (the marks stay pending and are retried; namespace changes were
+ * committed), -EIO. */
 int jnl_sync(struct jnl *j);
 
 /* --- nodes and the merged namespace ------------------------------------ */
@@ -223,7 +248,8 @@ int jnl_lookup(struct jnl *j, jnl_id parent, const char *name, jnl_id *id,
 
 /*
  * Namespace changes: apply to the merged view and append the op in one
- * transaction; on error nothing changed. Attributes of a new node come
+ * transaction, durable at the next group commit (see Durability); on
+ * error nothing changed. No disk sync per call. Attributes of a new node come
  * from @attr (permission bits of mode, uid, gid; atime/mtime, now if zero);
  * jnl_create() takes the file type from attr->mode (0 = regular; not a
  * directory or symlink). The journal sees only its own dentries: the
@@ -271,27 +297,32 @@ int jnl_readlink(struct jnl *j, jnl_id id, char *buf, size_t size);
 
 /* Enumerate the merged-view entries the journal has for @dir (whiteouts
  * included, with id 0), in byte order of the names: fn returns 0 to go on
- * or -errno to stop (returned). fn runs inside a read transaction: it may
- * read the journal but must not change it. Errors: -ENOENT, -ENOTDIR. */
+ * or -errno to stop (returned). Read in batches of entries; fn runs with
+ * no journal lock held and may call the journal (a change made meanwhile
+ * may or may not be seen, as with readdir(3)). Errors: -ENOENT, -ENOTDIR. */
 typedef int (*jnl_dirent_fn)(const char *name, jnl_id id, void *arg);
 int jnl_readdir(struct jnl *j, jnl_id dir, jnl_dirent_fn fn, void *arg);
 
 /* --- data ---------------------------------------------------------------- */
 
 /* Write into the staging file and mark the chunks dirty (see Durability);
- * returns @len. Errors: -ENODATA (a chunk of an imported file that this
- * write covers only in part is not held: jnl_chunk_fill() it, for both the
- * first and the last chunk of the range, then write again; nothing was
- * written), -ENOSPC (journal disk or max_bytes; nothing marked. A later
- * slice makes writers wait for the flusher before this), -EISDIR/-EINVAL
- * (not a regular file), -EFBIG, -ENOENT. */
+ * returns @len. When the bytes it adds do not fit under the bounds (see
+ * Space), it waits for the flusher to make room, up to write_wait_ms,
+ * holding no lock. Errors: -ENODATA (a chunk of an imported file, or of a
+ * file whose flushed chunks the journal gave back to the remote, that
+ * this write covers only in part is not held: jnl_chunk_fill() it, for
+ * both the first and the last chunk of the range, then write again;
+ * nothing was written), -ENOSPC (no room after the wait, more than
+ * max_bytes in one write, or the disk itself full: at once; nothing
+ * marked), -EISDIR/-EINVAL (not a regular file), -EFBIG, -ENOENT. */
 ssize_t jnl_write(struct jnl *j, jnl_id id, const void *buf, size_t len,
 		  off_t off);
 /* Give the journal the remote's bytes of chunk @index of an imported file
  * (@len <= chunk size, short at the remote's EOF), after jnl_write() said
  * -ENODATA. Stored FLUSHED with their sha256. A no-op returning 0 if the
  * chunk is held already (another thread filled or wrote it first), or if
- * it holds no remote bytes. Errors: -ENOSPC, -EINVAL, -ENOENT. */
+ * it holds no remote bytes. Waits for room as jnl_write() does.
+ * Errors: -ENOSPC, -EINVAL, -ENOENT. */
 int jnl_chunk_fill(struct jnl *j, jnl_id id, uint64_t index, const void *buf,
 		   size_t len);
 /*
@@ -306,8 +337,11 @@ int jnl_chunk_fill(struct jnl *j, jnl_id id, uint64_t index, const void *buf,
  */
 ssize_t jnl_read(struct jnl *j, jnl_id id, void *buf, size_t len, off_t off,
 		 bool *have);
-/* fsync through the mount: staging data and LMDB marks durable (for now a
- * whole jnl_sync()). Errors: -ENOENT, as jnl_sync(). */
+/* fsync through the mount, of a file or a directory: @id's staging data
+ * (only its staging file is fdatasync()ed; other nodes' marks stay for
+ * the group commit) and every namespace change so far (the batch is
+ * committed: @id's create, its parents' creates, and everything before)
+ * durable. Errors: -ENOENT, as jnl_sync(). */
 int jnl_fsync_node(struct jnl *j, jnl_id id);
 
 /* --- the flusher's side ------------------------------------------------ */
@@ -323,7 +357,9 @@ struct jnl_chunk_ref {
 /* Claim up to @max (at most JNL_CLAIM_MAX) DIRTY chunks (-> INFLIGHT),
  * oldest first (by when they became dirty), of nodes on the remote only.
  * Read the bytes with jnl_read() and write them at jnl_node_rpath().
- * Returns the count (0: none claimable). */
+ * A claim is durable when it returns (it commits the batch, with the
+ * releases before it): recovery resends exactly the chunks of the last
+ * claims. Returns the count (0: none claimable). */
 #define JNL_CLAIM_MAX 4096
 int jnl_chunk_claim(struct jnl *j, struct jnl_chunk_ref *out, int max);
 /* The same, stopping before the chunk that would take the claimed lengths
@@ -338,7 +374,11 @@ int jnl_chunk_claim_upto(struct jnl *j, struct jnl_chunk_ref *out, int max,
  * queue). A stale release (the chunk was truncated away, or is no longer
  * INFLIGHT under this claim) changes nothing and returns 0. When this was
  * the node's last chunk not FLUSHED (and the node still has a name), the
- * node's FINISH op is appended in the same transaction.
+ * node's FINISH op is appended in the same transaction. Durable with the
+ * next claim or group commit (a release lost in a crash resends its
+ * chunk). Under staging pressure (see Space) the node's full FLUSHED
+ * chunks are given back to the remote in the same transaction: the merged
+ * view reads them there, and a partial write asks for a fill.
  * Errors: -EINVAL (@ok without @sha256). */
 int jnl_chunk_release(struct jnl *j, const struct jnl_chunk_ref *c, bool ok,
 		      const unsigned char sha256[32]);
@@ -380,8 +420,11 @@ struct jnl_op {
 };
 
 /* Hand out up to @max ops that may be replayed now (see "Op log"); an op
- * is handed out once until acked or failed. Looks at most at the 16,384
- * oldest pending ops per call. Returns the count. */
+ * is handed out once until acked or failed. Only durable ops are handed
+ * out (committed by a group commit or a sync: the remote is never ahead
+ * of what a crash leaves of the journal); the flusher's wake-up comes
+ * with the commit. Looks at most at the 16,384 oldest pending ops per
+ * call. Returns the count. */
 int jnl_ops_ready(struct jnl *j, struct jnl_op *out, int max);
 /* The op is on the remote: drop it and update rparent/rname (CREATE,
  * MKDIR, SYMLINK: placed at parent/name and no longer LOCAL, its dirty
@@ -409,7 +452,8 @@ int jnl_node_rpath(struct jnl *j, jnl_id id, char *buf, size_t size);
  * op of the node. The records go in one transaction, the staging file after
  * it: a crash in between leaves a staging file no record points at, which
  * is harmless (no chunk of it is "held"; a later write that covers a chunk
- * in part fills it first). Returns 0 also when there is nothing to clean
+ * in part fills it first); the file is removed once the records' removal
+ * is durable. Returns 0 also when there is nothing to clean
  * (not a regular file, no chunk records). Errors: -EBUSY (not yet: one of
  * the conditions above), -ENOENT, -ENOSPC, -EIO.
  * Threads: takes the locks a truncate takes; briefly blocks writers of the
@@ -431,6 +475,9 @@ struct jnl_stats {
 	uint64_t inflight_chunks; /* INFLIGHT chunks */
 	uint64_t uncommitted;     /* chunk marks of writes not committed yet
 				     (0: every write so far is counted above) */
+	uint64_t write_waits;     /* writes (and fills) that had to wait for
+				     room (see Space), since jnl_open() */
+	uint64_t writers_waiting; /* writes waiting for room now */
 };
 /* Counters as committed, plus the bytes of writes not committed yet in
  * dirty_bytes (which of those rewrite FLUSHED chunks is known only at the
@@ -476,8 +523,11 @@ int jnl_stats(struct jnl *j, struct jnl_stats *out);
  *   FINISH   size, mode, owner (when root), atime, mtime of the node: the
  *            remote mtime is what the application saw, not the flush time
  * SETATTR with a size and FINISH wait until no stream is writing a chunk
- * of the node. Chunk paths are taken with a rename/unlink epoch, so a chunk
- * never lands at a name an op is moving or removing meanwhile.
+ * of the node, keep streams from starting one until they are applied, and
+ * take the size after that wait (so a file still being written, whose
+ * FINISH came when the streams caught up, keeps every chunk flushed).
+ * Chunk paths are taken with a rename/unlink epoch, so a chunk never
+ * lands at a name an op is moving or removing meanwhile.
  *
  * Errors. A transient remote failure (EIO, ETIMEDOUT, ENOSPC, ECONNRESET,
  * anything not listed below) puts the chunk back (DIRTY) or the op back

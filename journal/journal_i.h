@@ -5,11 +5,13 @@
  * and the test hooks at the end).
  *
  * Files of the module:
- *   journal.c  design comment (invariants, chunk states), open/close, meta,
- *              error mapping, write transactions, group commit, sync, stats
+ *   journal.c  design comment (invariants, chunk states, batches, space),
+ *              open/close, meta, error mapping, the batch and its child
+ *              transactions, group commit, sync, stats
  *   node.c     node records, dentries, the merged namespace operations
- *   data.c     staging files, the pending table, write/read/fill, claim and
- *              release of chunks
+ *   data.c     staging files, the pending table, write/read/fill and the
+ *              room they wait for, claim and release of chunks, giving
+ *              staging back (drop, clean, jnl_gc_run())
  *   ops.c      the op log: append, ready (dependency order), ack, fail,
  *              remote paths
  *   check.c    jnl_assert_sane(): every invariant of journal.c by full scan
@@ -242,9 +244,22 @@ struct jnl_fdslot {
 	uint64_t tick; /* last use, for eviction */
 };
 
+/* Staging bytes to give back once the change that released them is
+ * durable (journal.c "BATCHES": deferred staging clean-up). */
+struct jnl_gc_ent {
+	jnl_id id;
+	uint64_t first; /* first chunk index */
+	uint64_t count; /* chunks to punch out; 0 = remove the whole file */
+};
+
+struct jnl_gc {
+	struct jnl_gc_ent *e;
+	size_t n, cap;
+};
+
 /*
- * Lock order: commit_lock, then rw, then lock. LMDB's own writer lock is
- * taken (mdb_txn_begin) after rw and never while holding lock.
+ * Lock order: commit_lock, then rw, then txn_lock, then lock. Every use of
+ * LMDB (the batch and its child transactions) holds txn_lock.
  */
 struct jnl {
 	/* immutable after jnl_open() */
@@ -257,7 +272,10 @@ struct jnl {
 	uint32_t chunk_size;
 	unsigned int chunk_shift;
 	size_t map_pages, reserve_pages; /* LMDB map, kept for shrinking */
+	unsigned int batch_max; /* child commits per batch at most */
 	uint64_t max_bytes;
+	bool disk_room;         /* bound staging by the disk's free space */
+	unsigned int wait_ms;   /* a writer waits this long for room */
 	unsigned int commit_ms;
 	uint64_t resent_bytes; /* set by recovery in jnl_open() */
 
@@ -270,19 +288,43 @@ struct jnl {
 	 * truncate exclusive (writer-preferring) */
 	pthread_rwlock_t rw;
 
+	/* the batch: LMDB's one write transaction, open all the time, that
+	 * every change goes into (as a child transaction) and every read
+	 * reads (journal.c "BATCHES") */
+	pthread_mutex_t txn_lock;
+	MDB_txn *txn;          /* the batch, NULL once closed; txn_lock */
+	unsigned int batch_ops; /* child commits in it; txn_lock */
+	uint64_t durable_seq;  /* ops below it are committed; txn_lock */
+	bool wake_pending;     /* the batch made flusher work; txn_lock */
+	struct jnl_gc gc_new;  /* clean-ups of changes in the batch; txn_lock */
+	struct jnl_gc gc_due;  /* of committed changes; txn_lock */
+
 	pthread_mutex_t lock;
 	pthread_cond_t cond;             /* wakes the committer; lock */
+	pthread_cond_t room;             /* staging room came back; lock */
 	struct jnl_ptab pend;            /* marks since the last swap; lock */
 	struct jnl_ptab committing;      /* marks of the commit running; lock */
 	uint64_t pend_new;               /* bytes reserved by both; lock */
 	int commit_err;                  /* last group commit error; lock */
+	bool dirty;                      /* the batch has changes; lock */
 	bool unsynced;                   /* meta page not synced yet; lock */
 	bool stop;                       /* committer exits; lock */
+	unsigned int waiters;            /* writers waiting for room; lock */
+	uint64_t write_waits;            /* writes that waited; lock */
+	bool hurry;                      /* commit now: writers wait; lock */
+	uint64_t reserved;               /* staging bytes ever reserved;
+					    lock */
+	uint64_t disk_avail;             /* free on the journal disk at the
+					    last look, less a margin
+					    (UINT64_MAX: unknown); lock */
+	uint64_t disk_base;              /* reserved at that look; lock */
+	uint64_t disk_slack;             /* backpressure below this; lock */
+	int64_t disk_at;                 /* the last look, CLOCK_MONOTONIC
+					    ns (0: look again); lock */
 	struct jnl_fdslot fds[JNL_FD_SLOTS]; /* staging fds; lock */
 	uint64_t fd_tick;                /* lock */
 	struct jnl_u64set handed;        /* seqs of handed-out ops; lock */
-	uint64_t staged;                 /* committed staging bytes; lock */
-	uint64_t staged_txnid;           /* txn that set staged; lock */
+	uint64_t staged;                 /* staging bytes in the batch; lock */
 	jnl_notify_fn notify_fn;         /* jnl_notify_set(); lock */
 	void *notify_arg;                /* lock */
 	char *remote_id;                 /* immutable: cfg->remote_id */
@@ -290,9 +332,9 @@ struct jnl {
 };
 
 /*
- * The flusher's wake-up hook: after every committed write transaction that
- * made work for it (an op appended or deleted, a chunk put in dirtyq),
- * jnl_wtx_commit() calls fn(arg) with j->lock held (so lock order:
+ * The flusher's wake-up hook: after every commit of a batch that made work
+ * for it (an op appended or deleted, a chunk put in dirtyq), the journal
+ * calls fn(arg) with j->lock held (so lock order:
  * j->lock, then whatever fn takes). fn must be short, must not call the
  * journal, and must not block on anything that may wait for the journal:
  * signal a condition variable and return. Only one hook at a time:
@@ -318,27 +360,50 @@ static inline int jnl_failed(struct jnl *j)
 
 struct jnl_wtx {
 	struct jnl *j;
-	MDB_txn *txn;
+	MDB_txn *txn;          /* a child of the batch */
 	struct jnl_meta_rec m; /* read at begin, written at commit */
 	bool m_dirty;
 	bool wake; /* made work for the flusher: notify after the commit */
+	bool sync; /* commit the batch with it (journal.c "BATCHES") */
+	uint64_t unreserve; /* pend_new bytes its marks held: let go at the
+			       commit, as the records take them over */
 };
 
-/* Begin a write transaction (LMDB serialises them) and read meta. A
- * @grow transaction (it may add records: namespace changes, the group
- * commit) fails with -ENOSPC once the LMDB map is down to its reserve, so
- * that the shrinking ones (ack, claim, release) can always run and free
- * room: a full map never wedges the journal. */
+/* Begin a change: takes txn_lock and begins a child transaction of the
+ * batch, reads meta. A @grow transaction (it may add records: namespace
+ * changes, the group commit) fails with -ENOSPC once the LMDB map is down
+ * to its reserve, so that the shrinking ones (ack, claim, release) can
+ * always run and free room: a full map never wedges the journal. */
 int jnl_wtx_begin(struct jnl *j, struct jnl_wtx *w, bool grow);
-/* Write meta if changed and commit; on failure nothing was changed. */
+/* Write meta if changed and merge the child into the batch (no I/O);
+ * commits the batch too with w->sync or once it holds batch_max changes.
+ * Releases txn_lock. On failure nothing was changed. */
 int jnl_wtx_commit(struct jnl_wtx *w);
 void jnl_wtx_abort(struct jnl_wtx *w);
-/* A read-only transaction. */
+/* Read the journal as it is now (the batch, with what is not committed
+ * yet): takes txn_lock and gives the batch; do not write through it. End
+ * with jnl_rtx_end(); no other journal call in between. */
 int jnl_rtx_begin(struct jnl *j, MDB_txn **txn);
+void jnl_rtx_end(struct jnl *j);
+/* Commit the batch now (LMDB commit: its pages fdatasync()ed, the meta
+ * page later) and open the next one. txn_lock held. A failure makes the
+ * journal FAILED: changes already answered would be lost. */
+int jnl_batch_commit(struct jnl *j);
 
-/* The group commit: swap pend, fdatasync the staging files it names,
- * apply it in one transaction. Takes commit_lock unless @locked. */
-int jnl_commit_pending(struct jnl *j, bool locked);
+/* The group commit: swap pend (only the marks of @only, if not 0),
+ * fdatasync the staging files it names, apply it, commit the batch, sync
+ * LMDB's meta page, then give back the staging of durable clean-ups. Takes
+ * commit_lock unless @locked. */
+int jnl_commit_pending(struct jnl *j, bool locked, jnl_id only);
+
+/* Staging room: wake writers waiting for it (lock held). */
+void jnl_room_signal(struct jnl *j);
+
+/* Give back the staging bytes of chunks [first, first + count) of @id
+ * (count 0: the whole staging file) once the batch that released them is
+ * durable, unless the journal holds them again by then (jnl_gc_run()
+ * checks). txn_lock held (inside a change). 0 or -ENOMEM. */
+int jnl_gc_add(struct jnl *j, jnl_id id, uint64_t first, uint64_t count);
 
 /* --- nodes (node.c) -------------------------------------------------------- */
 
@@ -373,11 +438,14 @@ struct jnl_pnode {
 /* Read it (takes lock), then merge it into a record read after. */
 void jnl_pend_node_get(struct jnl *j, jnl_id id, struct jnl_pnode *p);
 void jnl_pnode_merge(const struct jnl_pnode *p, struct jnl_node_rec *r);
-/* After a committed setattr: drop the marks past @size (SIZE) and the
- * write mtime (MTIME), truncate the staging file. commit_lock held, and rw
- * exclusive for SIZE. */
+/* After a committed setattr with SIZE: drop the marks past @size and the
+ * write mtime (MTIME), make the truncate durable if staging bytes go, and
+ * truncate the staging file. commit_lock held, and rw exclusive. */
 int jnl_pend_setattr(struct jnl *j, jnl_id id, unsigned int set,
 		     uint64_t size);
+/* A setattr of mtime without SIZE: drop the write mtime of @id's marks in
+ * pend and committing. txn_lock held (no group commit applies them now). */
+void jnl_pend_mtime_drop(struct jnl *j, jnl_id id);
 /* Apply the marks of @t to the chunk and node records (group commit). */
 int jnl_pend_apply(struct jnl_wtx *w, struct jnl_ptab *t);
 /* @n's claimability changed: put its DIRTY chunks in dirtyq (@in) or take
@@ -393,6 +461,9 @@ int jnl_chunks_truncate(struct jnl_wtx *w, jnl_id id, struct jnl_nrec *n,
 int jnl_chunks_recover(struct jnl_wtx *w, uint64_t *resent);
 int jnl_chunk_get(struct jnl *j, MDB_txn *txn, jnl_id id, uint64_t idx,
 		  struct jnl_chunk_rec *c);
+/* Give back what @g names (jnl_gc_add()): punch the chunks, remove the
+ * files, each only if not held again. commit_lock held, nothing else. */
+void jnl_gc_run(struct jnl *j, const struct jnl_gc *g);
 /* Staging file descriptors, cached (JNL_FD_SLOTS). jnl_fd_get() without
  * @create returns -ENOENT if the node has no staging file. */
 int jnl_fd_get(struct jnl *j, jnl_id id, bool create, int *fd);
@@ -427,6 +498,9 @@ extern unsigned int jnl_test_commit_ms; /* group commit period */
 extern unsigned int jnl_test_env_flags; /* more mdb_env_open() flags, e.g.
 					   MDB_NOSYNC to build big journals
 					   fast */
+extern bool jnl_test_no_disk_room;      /* do not bound staging by the
+					   journal disk's free space (so the
+					   disk's own -ENOSPC is met) */
 
 /* --- syscall wrappers (candidates for util/sys.h) ------------------------ */
 

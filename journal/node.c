@@ -2,10 +2,12 @@
  * node.c - node records, dentries and the merged namespace (journal.h,
  * "nodes and the merged namespace"; invariants 6-9 of journal.c).
  *
- * Every namespace change runs in one write transaction: read the nodes it
- * touches into a node set, check, change the set, write the dentries, write
- * the set, append the op (which bumps nops on the records just written),
- * commit. On any error the transaction is aborted: nothing changed.
+ * Every namespace change runs in one write transaction (a child of the
+ * batch: journal.c "BATCHES"): read the nodes it touches into a node set,
+ * check, change the set, write the dentries, write the set, append the op
+ * (which bumps nops on the records just written), commit into the batch
+ * (no I/O; durable with the batch). On any error the transaction is
+ * aborted: nothing changed.
  *
  * Whiteouts. Removing a name (unlink, rmdir, the source of a rename) leaves a
  * whiteout unless the parent is LOCAL: a directory the remote does not have
@@ -364,7 +366,7 @@ int jnl_node_get(struct jnl *j, jnl_id id, struct jnl_node *out)
 	rc = jnl_rtx_begin(j, &txn);
 	if (!rc) {
 		rc = jnl_node_read(j, txn, id, n);
-		mdb_txn_abort(txn);
+		jnl_rtx_end(j);
 	}
 	if (!rc) {
 		jnl_pnode_merge(&p, &n->r);
@@ -390,7 +392,7 @@ int jnl_lookup(struct jnl *j, jnl_id parent, const char *name, jnl_id *id,
 	if (rc)
 		return rc;
 	rc = jnl_dentry_get(j, txn, parent, name, &d);
-	mdb_txn_abort(txn);
+	jnl_rtx_end(j);
 	if (rc)
 		return rc;
 	if (!d.id) {
@@ -412,7 +414,7 @@ int jnl_readlink(struct jnl *j, jnl_id id, char *buf, size_t size)
 	rc = jnl_rtx_begin(j, &txn);
 	if (!rc) {
 		rc = jnl_node_read(j, txn, id, n);
-		mdb_txn_abort(txn);
+		jnl_rtx_end(j);
 	}
 	if (!rc && !S_ISLNK(n->r.mode))
 		rc = -EINVAL;
@@ -428,58 +430,95 @@ int jnl_readlink(struct jnl *j, jnl_id id, char *buf, size_t size)
 	return rc;
 }
 
-int jnl_readdir(struct jnl *j, jnl_id dir, jnl_dirent_fn fn, void *arg)
+#define READDIR_BATCH 64
+
+struct dirent_batch {
+	int count;
+	jnl_id id[READDIR_BATCH];
+	char name[READDIR_BATCH][NAME_MAX + 1];
+};
+
+/* Up to READDIR_BATCH entries of @dir after @after ("" = from the start)
+ * into @b. */
+static int readdir_batch(struct jnl *j, MDB_txn *txn, jnl_id dir,
+			 const char *after, struct dirent_batch *b)
 {
-	struct jnl_nrec *n = malloc(sizeof(*n));
-	unsigned char kb[8];
-	MDB_val k = { 8, kb }, v;
+	struct jnl_dkey dk;
+	MDB_val k, v;
 	MDB_cursor *c;
-	MDB_txn *txn;
 	int rc;
 
-	if (!n)
-		return -ENOMEM;
-	rc = jnl_rtx_begin(j, &txn);
-	if (rc)
-		goto out_free;
-	rc = jnl_node_read(j, txn, dir, n);
-	if (!rc && !S_ISDIR(n->r.mode))
-		rc = -ENOTDIR;
-	if (rc)
-		goto out_abort;
+	b->count = 0;
+	jnl_be64_put(dk.b, dir);
+	dk.len = 8 + strlen(after);
+	memcpy(dk.b + 8, after, dk.len - 8);
+	k.mv_size = dk.len;
+	k.mv_data = dk.b;
 	rc = mdb_cursor_open(txn, j->db_dentries, &c);
-	if (rc) {
-		rc = jnl_mdb(j, rc);
-		goto out_abort;
-	}
-	jnl_be64_put(kb, dir);
-	for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE); !rc;
+	if (rc)
+		return jnl_mdb(j, rc);
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+	     !rc && b->count < READDIR_BATCH;
 	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
-		char name[NAME_MAX + 1];
 		struct jnl_dval d;
+		size_t len;
 
 		if (k.mv_size < 9 || k.mv_size > 8 + NAME_MAX ||
 		    jnl_be64_get(k.mv_data) != dir)
 			break;
+		len = k.mv_size - 8;
+		if (*after && len == strlen(after) &&
+		    !memcmp((const char *)k.mv_data + 8, after, len))
+			continue; /* the last one of the batch before */
 		if (v.mv_size != sizeof(d)) {
 			rc = jnl_fail(j, -EIO);
 			break;
 		}
 		memcpy(&d, v.mv_data, sizeof(d));
-		memcpy(name, (const char *)k.mv_data + 8, k.mv_size - 8);
-		name[k.mv_size - 8] = 0;
-		rc = fn(name, d.id, arg);
-		if (rc)
-			break;
+		memcpy(b->name[b->count], (const char *)k.mv_data + 8, len);
+		b->name[b->count][len] = 0;
+		b->id[b->count++] = d.id;
 	}
 	mdb_cursor_close(c);
 	if (rc == MDB_NOTFOUND)
 		rc = 0;
 	else if (rc > 0 || rc < -4096)
 		rc = jnl_mdb(j, rc);
-out_abort:
-	mdb_txn_abort(txn);
+	return rc;
+}
+
+int jnl_readdir(struct jnl *j, jnl_id dir, jnl_dirent_fn fn, void *arg)
+{
+	struct jnl_nrec *n = malloc(sizeof(*n));
+	struct dirent_batch *b = malloc(sizeof(*b));
+	char after[NAME_MAX + 1] = "";
+	MDB_txn *txn;
+	int rc;
+
+	if (!n || !b) {
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	/* in batches, fn called with no lock held: it may use the journal */
+	for (bool first = true;; first = false) {
+		b->count = 0;
+		rc = jnl_rtx_begin(j, &txn);
+		if (rc)
+			break;
+		rc = first ? jnl_node_read(j, txn, dir, n) : 0;
+		if (!rc && !S_ISDIR(n->r.mode))
+			rc = -ENOTDIR;
+		if (!rc)
+			rc = readdir_batch(j, txn, dir, after, b);
+		jnl_rtx_end(j);
+		for (int i = 0; i < b->count && !rc; i++)
+			rc = fn(b->name[i], b->id[i], arg);
+		if (rc || b->count < READDIR_BATCH)
+			break;
+		memcpy(after, b->name[b->count - 1], sizeof(after));
+	}
 out_free:
+	free(b);
 	free(n);
 	return rc;
 }
@@ -1124,11 +1163,13 @@ int jnl_setattr(struct jnl *j, jnl_id id, unsigned int set,
 		return -EINVAL;
 	if (!set)
 		return jnl_failed(j);
-	/* no mark may be in flight (commit_lock) and, for SIZE, no write
-	 * (rw exclusive) while the node's chunks and marks are edited */
-	pthread_mutex_lock(&j->commit_lock);
-	if (set & JNL_SET_SIZE)
+	/* SIZE: no mark may be in flight (commit_lock) and no write (rw
+	 * exclusive) while the node's chunks and marks are edited. The other
+	 * attributes take neither: a group commit does not hold them up */
+	if (set & JNL_SET_SIZE) {
+		pthread_mutex_lock(&j->commit_lock);
 		pthread_rwlock_wrlock(&j->rw);
+	}
 	rc = jnl_wtx_begin(j, &w, true);
 	if (rc)
 		goto out_unlock;
@@ -1181,8 +1222,12 @@ int jnl_setattr(struct jnl *j, jnl_id id, unsigned int set,
 	if (rc)
 		goto out_abort;
 	free(s);
+	/* the mtime set wins over the one of a write not committed yet: drop
+	 * that one now, while no group commit can apply it (txn_lock) */
+	if ((set & JNL_SET_MTIME) && !(set & JNL_SET_SIZE))
+		jnl_pend_mtime_drop(j, id);
 	rc = jnl_wtx_commit(&w);
-	if (!rc && (set & (JNL_SET_SIZE | JNL_SET_MTIME)))
+	if (!rc && (set & JNL_SET_SIZE))
 		rc = jnl_pend_setattr(j, id, set, attr->size);
 	goto out_unlock;
 
@@ -1190,8 +1235,9 @@ out_abort:
 	free(s);
 	jnl_wtx_abort(&w);
 out_unlock:
-	if (set & JNL_SET_SIZE)
+	if (set & JNL_SET_SIZE) {
 		pthread_rwlock_unlock(&j->rw);
-	pthread_mutex_unlock(&j->commit_lock);
+		pthread_mutex_unlock(&j->commit_lock);
+	}
 	return rc;
 }

@@ -19,10 +19,11 @@
  * collision only makes an op wait.
  *
  * One call examines at most JNL_OPS_WINDOW pending ops from the oldest,
- * inside a write transaction that it aborts: it sees the latest commit and
- * no namespace change can run between its decision and its record in
+ * reading the batch under txn_lock: it sees the latest change and no
+ * namespace change can run between its decision and its record in
  * j->handed (invariant 12 of journal.c; cancellation in node.c relies on
- * it).
+ * it). It stops at the first op not committed yet (durable_seq): the
+ * remote never gets an op a crash could take back (invariant 15).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -354,7 +355,7 @@ int jnl_ops_ready(struct jnl *j, struct jnl_op *out, int max)
 {
 	struct scan sc = { 0 };
 	struct jnl_orec o;
-	struct jnl_wtx w;
+	struct jnl_wtx w = { 0 };
 	MDB_cursor *c;
 	MDB_val k, v;
 	int rc, count = 0, seen = 0;
@@ -364,9 +365,10 @@ int jnl_ops_ready(struct jnl *j, struct jnl_op *out, int max)
 	sc.n = malloc(sizeof(*sc.n));
 	if (!sc.n)
 		return -ENOMEM;
-	rc = jnl_wtx_begin(j, &w, false); /* read only: aborted below */
+	rc = jnl_rtx_begin(j, &w.txn); /* the batch, read only */
 	if (rc)
 		goto out_free;
+	w.j = j;
 	sc.w = &w;
 	rc = mdb_cursor_open(w.txn, j->db_ops, &c);
 	if (rc) {
@@ -380,6 +382,11 @@ int jnl_ops_ready(struct jnl *j, struct jnl_op *out, int max)
 
 		if (k.mv_size != 8) {
 			rc = MDB_CORRUPTED;
+			break;
+		}
+		if (jnl_be64_get(k.mv_data) >= j->durable_seq) {
+			rc = MDB_NOTFOUND; /* not durable yet: the remote must
+					      never be ahead of the journal */
 			break;
 		}
 		rc = jnl_op_read(j, w.txn, jnl_be64_get(k.mv_data), &o);
@@ -408,7 +415,7 @@ int jnl_ops_ready(struct jnl *j, struct jnl_op *out, int max)
 		pthread_mutex_unlock(&j->lock);
 	}
 out_abort:
-	jnl_wtx_abort(&w);
+	jnl_rtx_end(j);
 out_free:
 	jnl_u64set_free(&sc.subj);
 	jnl_u64set_free(&sc.paths);
@@ -534,6 +541,10 @@ static int op_end(struct jnl *j, uint64_t seq, bool ack, bool fatal)
 	}
 	if (ack) {
 		rc = ack_effects(&w, &o, &a[0], &a[1]);
+		/* the one op whose replay is not idempotent: its ack is made
+		 * durable at once, so that a crash cannot replay it */
+		w.sync = o.r.type == JNL_OP_RENAME &&
+			 (o.r.flags & RENAME_EXCHANGE);
 	} else {
 		rc = jnl_node_read(j, w.txn, o.r.id, &a[0]);
 		if (!rc) {
@@ -631,7 +642,7 @@ int jnl_node_rpath(struct jnl *j, jnl_id id, char *buf, size_t size)
 			break;
 		}
 	}
-	mdb_txn_abort(txn);
+	jnl_rtx_end(j);
 	if (!rc)
 		memmove(buf, buf + pos, size - pos);
 out_free:
