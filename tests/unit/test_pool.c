@@ -36,21 +36,7 @@
 #include "remote.h"
 #include "remote_i.h" /* the pool's and the fake driver's internals */
 
-#define assert_rc_ok(expr)                                              \
-	do {                                                            \
-		long long rc_ = (long long)(expr);                      \
-		if (rc_ < 0)                                            \
-			fail_msg("%s: %s", #expr, strerror((int)-rc_)); \
-	} while (0)
-
-#define assert_rc_err(expr, err)                                              \
-	do {                                                                  \
-		long long rc_ = (long long)(expr);                            \
-		if (rc_ != -(long long)(err))                                 \
-			fail_msg("%s: want -%s, got %lld (%s)", #expr,        \
-				 strerrorname_np(err), rc_,                   \
-				 rc_ < 0 ? strerror((int)-rc_) : "no error"); \
-	} while (0)
+#include "test_util.h"
 
 #define MAXC 8
 
