@@ -7,7 +7,10 @@
 # them) and `apt-get install -y --no-install-recommends` of what is missing.
 # Needs root (or sudo) only when something has to be installed.
 #
-# Usage: scripts/deps.sh [EXTRA_PACKAGE...]
+# Usage: scripts/deps.sh [--test] [EXTRA_PACKAGE...]
+#   --test  also the servers the tests bring up in network namespaces
+#           (nfs-ganesha, samba, iperf3); the demo does not need them, and
+#           on a plain Debian installing them starts their services
 set -euo pipefail
 
 PACKAGES=(
@@ -18,9 +21,12 @@ PACKAGES=(
 	libcmocka-dev
 	libssl-dev
 	rsync attr sqlite3 util-linux mount xz-utils
-	libnfs-dev libnfs-utils
-	nfs-ganesha nfs-ganesha-vfs rpcbind samba smbclient iperf3 iproute2
+	libnfs-dev libnfs-utils iproute2
 )
+if [[ "${1:-}" == --test ]]; then
+	shift
+	PACKAGES+=(nfs-ganesha nfs-ganesha-vfs rpcbind samba smbclient iperf3)
+fi
 PACKAGES+=("$@")
 
 missing=()

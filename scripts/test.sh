@@ -63,7 +63,7 @@ say() { printf '\n=== %s\n' "$*"; }
 # --- 1. dependencies ------------------------------------------------------
 if ((deps)); then
 	say "dependencies"
-	"$ROOT/scripts/deps.sh"
+	"$ROOT/scripts/deps.sh" --test
 fi
 
 # --- is a skip acceptable? -------------------------------------------------
