@@ -310,6 +310,15 @@ holder_up() {
 	wait_until "the namespace holder" 5 pid_alive holder sleep "$NETNS_NAS"
 	wait_until "its mount namespace" 5 test "$(stat -L -c %i "/proc/$(<"$PIDS/holder.pid")/ns/mnt")" != "$(stat -L -c %i /proc/self/ns/mnt)"
 	set_in_nas
+	# The new mount namespace got a private copy of every mount of the
+	# host, FUSE mounts included; a copy keeps its FUSE connection alive
+	# after the host unmounts it, so that daemon would never see the
+	# unmount and never exit. Drop the copies: the NAS needs none of them.
+	in_nas findmnt -rn -o TARGET,FSTYPE 2>/dev/null |
+		while read -r m t; do
+			[[ "$t" == fuse* ]] || continue
+			in_nas umount -l "$(printf '%b' "$m")" 2>/dev/null || true
+		done
 	in_nas mount -t tmpfs -o mode=0755,size=64m ferry-nas-run /run
 }
 
