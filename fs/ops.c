@@ -107,15 +107,8 @@ struct fs {
 };
 
 /* A directory listing, snapshot at opendir (and at rewind). */
-struct fs_dirent {
-	char *name;
-	struct stat st;
-	bool have_st;
-};
-
 struct fs_dir {
-	struct fs_dirent *e;
-	size_t n, cap;
+	struct rmt_listing l;
 	bool listed; /* a readdir has run: offset 0 again means rewind */
 };
 
@@ -1003,38 +996,10 @@ static void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in,
 
 /* --- directories ----------------------------------------------------- */
 
-static void dir_clear(struct fs_dir *d)
+static void dir_free(struct fs_dir *d)
 {
-	size_t i;
-
-	for (i = 0; i < d->n; i++)
-		free(d->e[i].name);
-	d->n = 0;
-}
-
-static int dir_add(const char *name, const struct stat *st, void *arg)
-{
-	struct fs_dir *d = arg;
-	struct fs_dirent *e;
-
-	if (d->n == d->cap) {
-		size_t cap = d->cap ? d->cap * 2 : 64;
-		struct fs_dirent *ne = realloc(d->e, cap * sizeof(*ne));
-
-		if (!ne)
-			return -ENOMEM;
-		d->e = ne;
-		d->cap = cap;
-	}
-	e = &d->e[d->n];
-	e->name = strdup(name);
-	if (!e->name)
-		return -ENOMEM;
-	e->have_st = st != NULL;
-	if (st)
-		e->st = *st;
-	d->n++;
-	return 0;
+	rmt_listing_release(&d->l);
+	free(d);
 }
 
 static int dir_fill(struct fs *fs, fuse_ino_t ino, struct fs_dir *d)
@@ -1042,9 +1007,8 @@ static int dir_fill(struct fs *fs, fuse_ino_t ino, struct fs_dir *d)
 	char path[PATH_MAX];
 	int rc = checked_path(fs, inode_of(fs, ino), path);
 
-	dir_clear(d);
 	if (rc == 0)
-		rc = rmt_readdir(fs->rmt, path, dir_add, d);
+		rc = rmt_list(fs->rmt, path, &d->l);
 	return rc;
 }
 
@@ -1056,21 +1020,15 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
 	int rc = d ? dir_fill(fs, ino, d) : -ENOMEM;
 
 	if (rc < 0) {
-		if (d) {
-			dir_clear(d);
-			free(d->e);
-			free(d);
-		}
+		if (d)
+			dir_free(d);
 		reply_err(req, rc);
 		return;
 	}
 	fi->fh = (uint64_t)(uintptr_t)d;
 	fi->cache_readdir = 0;
-	if (fuse_reply_open(req, fi) != 0) {
-		dir_clear(d);
-		free(d->e);
-		free(d);
-	}
+	if (fuse_reply_open(req, fi) != 0)
+		dir_free(d);
 }
 
 /*
@@ -1094,7 +1052,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (off == 0 && d->listed)
 		rc = dir_fill(fs, ino, d); /* rewinddir: a fresh listing */
 	d->listed = true;
-	for (; rc == 0 && (size_t)off < d->n + 2; off++) {
+	for (; rc == 0 && (size_t)off < d->l.n + 2; off++) {
 		struct fuse_entry_param e = { 0 };
 		struct fs_inode *n = NULL;
 		const char *name;
@@ -1108,7 +1066,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 					 : fs_itab_parent_ino(fs->itab,
 							      inode_of(fs, ino));
 		} else {
-			struct fs_dirent *de = &d->e[off - 2];
+			struct rmt_dirent *de = &d->l.e[off - 2];
 
 			if (!de->have_st)
 				continue; /* vanished while listing */
@@ -1165,9 +1123,7 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino,
 	struct fs_dir *d = (struct fs_dir *)(uintptr_t)fi->fh;
 
 	(void)ino;
-	dir_clear(d);
-	free(d->e);
-	free(d);
+	dir_free(d);
 	fuse_reply_err(req, 0);
 }
 

@@ -225,61 +225,32 @@ static int parse_count(const char *v, unsigned int *n)
 	return 0;
 }
 
-int rmt_pool_parse(const char *opts, unsigned int *n, char **rest)
+static int take_connections(const char *item, size_t klen,
+			    const char *value, void *arg)
 {
 	static const char key[] = "connections";
-	char *buf, *item, *next, *out;
-	size_t olen = 0;
-	bool found = false;
-	int rc = 0;
+	unsigned int *n = arg;
+	int rc;
+
+	if (klen != sizeof(key) - 1 || strncmp(item, key, klen))
+		return 0;
+	rc = value ? parse_count(value, n) : -EINVAL;
+	if (rc < 0) {
+		LOG_ERR("invalid remote option '%s': want a number of connections from 1 to %d",
+			item, RMT_POOL_MAX);
+		return rc;
+	}
+	return 1;
+}
+
+int rmt_pool_parse(const char *opts, unsigned int *n, char **rest)
+{
+	int rc;
 
 	*n = 0;
-	*rest = NULL;
-	if (!opts || !*opts)
-		return 0;
-	buf = strdup(opts);
-	out = malloc(strlen(opts) + 1);
-	if (!buf || !out) {
-		rc = -ENOMEM;
-		goto out_free;
-	}
-	out[0] = '\0';
-	for (item = buf; item; item = next) {
-		char *comma = strchr(item, ',');
-		size_t klen;
-
-		next = NULL;
-		if (comma) {
-			*comma = '\0';
-			next = comma + 1;
-		}
-		if (!*item)
-			continue;
-		klen = strcspn(item, "=");
-		if (klen != sizeof(key) - 1 || strncmp(item, key, klen)) {
-			if (olen)
-				out[olen++] = ',';
-			strcpy(out + olen, item);
-			olen += strlen(item);
-			continue;
-		}
-		found = true;
-		rc = item[klen] == '=' ? parse_count(item + klen + 1, n)
-				       : -EINVAL;
-		if (rc < 0) {
-			LOG_ERR("invalid remote option '%s': want a number of connections from 1 to %d",
-				item, RMT_POOL_MAX);
-			*n = 0;
-			goto out_free;
-		}
-	}
-	if (found) {
-		*rest = out;
-		out = NULL;
-	}
-out_free:
-	free(out);
-	free(buf);
+	rc = rmt_opts_split(opts, take_connections, n, rest);
+	if (rc < 0)
+		*n = 0;
 	return rc;
 }
 
@@ -398,57 +369,19 @@ static int pool_stat(struct rmt *r, const char *path, struct stat *st)
 	return rc;
 }
 
-struct dent {
-	char *name;
-	bool has_st;
-	struct stat st;
-};
-
-struct dents {
-	struct dent *e;
-	size_t n, cap;
-};
-
-static int collect(const char *name, const struct stat *st, void *arg)
-{
-	struct dents *d = arg;
-	struct dent *e;
-
-	if (d->n == d->cap) {
-		size_t cap = d->cap ? d->cap * 2 : 64;
-		struct dent *ne = realloc(d->e, cap * sizeof(*ne));
-
-		if (!ne)
-			return -ENOMEM;
-		d->e = ne;
-		d->cap = cap;
-	}
-	e = &d->e[d->n];
-	e->name = strdup(name);
-	if (!e->name)
-		return -ENOMEM;
-	e->has_st = st != NULL;
-	if (st)
-		e->st = *st;
-	d->n++;
-	return 0;
-}
-
 /* Invariant 3: the listing is collected, the connection given back, then
  * the caller's callback runs. */
 static int pool_readdir(struct rmt *r, const char *path, rmt_dirent_fn fn,
 			void *arg)
 {
-	struct dents d = { 0 };
+	struct rmt_listing l = { 0 };
 	size_t i;
 	int rc;
 
-	ON_ANY(to_pool(r), rc, rmt_readdir(r_, path, collect, &d));
-	for (i = 0; rc == 0 && i < d.n; i++)
-		rc = fn(d.e[i].name, d.e[i].has_st ? &d.e[i].st : NULL, arg);
-	for (i = 0; i < d.n; i++)
-		free(d.e[i].name);
-	free(d.e);
+	ON_ANY(to_pool(r), rc, rmt_list(r_, path, &l));
+	for (i = 0; rc == 0 && i < l.n; i++)
+		rc = fn(l.e[i].name, l.e[i].have_st ? &l.e[i].st : NULL, arg);
+	rmt_listing_release(&l);
 	return rc;
 }
 

@@ -100,6 +100,59 @@ static int driver_of(const char *spec, rmt_open_fn *drv)
 	return -EPROTONOSUPPORT; /* smb:// comes with its issue */
 }
 
+int rmt_opts_split(const char *opts, rmt_opt_fn fn, void *arg, char **rest)
+{
+	char *buf, *item, *next, *out;
+	size_t olen = 0;
+	bool took = false;
+	int rc = 0;
+
+	*rest = NULL;
+	if (!opts || !*opts)
+		return 0;
+	buf = strdup(opts);
+	out = malloc(strlen(opts) + 1);
+	if (!buf || !out) {
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	out[0] = '\0';
+	for (item = buf; item; item = next) {
+		char *comma = strchr(item, ','), *eq;
+
+		next = NULL;
+		if (comma) {
+			*comma = '\0';
+			next = comma + 1;
+		}
+		if (!*item)
+			continue;
+		eq = strchr(item, '=');
+		rc = fn(item, eq ? (size_t)(eq - item) : strlen(item),
+			eq ? eq + 1 : NULL, arg);
+		if (rc < 0)
+			goto out_free;
+		if (rc > 0) {
+			took = true;
+			continue;
+		}
+		/* not the caller's: passed on as it was */
+		if (olen)
+			out[olen++] = ',';
+		strcpy(out + olen, item);
+		olen += strlen(item);
+	}
+	rc = 0;
+	if (took) {
+		*rest = out;
+		out = NULL;
+	}
+out_free:
+	free(out);
+	free(buf);
+	return rc;
+}
+
 int rmt_open(const char *spec, const char *opts, struct rmt **out)
 {
 	struct rmt_throttle_opts topts;
@@ -232,6 +285,54 @@ int rmt_readdir(struct rmt *r, const char *path, rmt_dirent_fn fn, void *arg)
 	CHECK(path);
 	OP(r);
 	return r->ops->readdir(r, path, fn, arg);
+}
+
+static void listing_clear(struct rmt_listing *l)
+{
+	size_t i;
+
+	for (i = 0; i < l->n; i++)
+		free(l->e[i].name);
+	l->n = 0;
+}
+
+static int listing_add(const char *name, const struct stat *st, void *arg)
+{
+	struct rmt_listing *l = arg;
+	struct rmt_dirent *e;
+
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		struct rmt_dirent *ne = realloc(l->e, cap * sizeof(*ne));
+
+		if (!ne)
+			return -ENOMEM;
+		l->e = ne;
+		l->cap = cap;
+	}
+	e = &l->e[l->n];
+	e->name = strdup(name);
+	if (!e->name)
+		return -ENOMEM;
+	e->have_st = st != NULL;
+	if (st)
+		e->st = *st;
+	l->n++;
+	return 0;
+}
+
+int rmt_list(struct rmt *r, const char *path, struct rmt_listing *l)
+{
+	listing_clear(l);
+	return rmt_readdir(r, path, listing_add, l);
+}
+
+void rmt_listing_release(struct rmt_listing *l)
+{
+	listing_clear(l);
+	free(l->e);
+	l->e = NULL;
+	l->cap = 0;
 }
 
 int rmt_mkdir(struct rmt *r, const char *path, mode_t mode)

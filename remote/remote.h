@@ -174,6 +174,27 @@ int rmt_statfs(struct rmt *r, struct statvfs *sv);
 /* Enumerate the directory at path (see rmt_dirent_fn). */
 int rmt_readdir(struct rmt *r, const char *path, rmt_dirent_fn fn, void *arg);
 
+/* A directory listing held in memory (a snapshot): see rmt_list(). */
+struct rmt_dirent {
+	char *name;
+	bool have_st; /* false: vanished between listing and stat */
+	struct stat st;
+};
+
+struct rmt_listing {
+	struct rmt_dirent *e;
+	size_t n, cap;
+};
+
+/*
+ * Read the whole directory at path into @l, which is emptied first (its
+ * array is reused). On error @l holds what was read before it; release
+ * it with rmt_listing_release() either way. Errors as rmt_readdir().
+ */
+int rmt_list(struct rmt *r, const char *path, struct rmt_listing *l);
+/* Free the names and the array; @l is empty after. */
+void rmt_listing_release(struct rmt_listing *l);
+
 int rmt_mkdir(struct rmt *r, const char *path, mode_t mode);
 /* Make the entries of the directory at path durable (fsync(2) of it). */
 int rmt_syncdir(struct rmt *r, const char *path);

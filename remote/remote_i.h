@@ -83,6 +83,22 @@ struct rmt_file {
 	struct rmt *r;
 };
 
+/*
+ * One item KEY[=VALUE] of a comma-separated option string, for
+ * rmt_opts_split(): @item is the whole item, @klen the length of KEY,
+ * @value what follows '=' (NULL without one). Return 1 if the item is the
+ * caller's (then parsed), 0 to leave it to others, or -errno to stop.
+ */
+typedef int (*rmt_opt_fn)(const char *item, size_t klen, const char *value,
+			  void *arg);
+/*
+ * Take the items @fn claims out of @opts. *rest gets the other items
+ * (malloc'ed, possibly "") when any item was taken, else NULL (the caller
+ * keeps using @opts as it was). Errors: the first -errno of @fn, -ENOMEM;
+ * *rest is then NULL.
+ */
+int rmt_opts_split(const char *opts, rmt_opt_fn fn, void *arg, char **rest);
+
 /* Driver constructors, called by rmt_open(). */
 typedef int (*rmt_open_fn)(const char *spec, const char *opts,
 			   struct rmt **out);

@@ -459,64 +459,33 @@ void rmt_throttle_opts_release(struct rmt_throttle_opts *t)
 	t->fault = NULL;
 }
 
+static int take_throttle(const char *item, size_t klen, const char *value,
+			 void *arg)
+{
+	struct rmt_throttle_opts *t = arg;
+	enum key k = key_of(item, klen);
+	int rc;
+
+	if (k == KEY_NONE)
+		return 0; /* the driver's */
+	t->any = true;
+	rc = value ? parse_item(k, value, t) : -EINVAL;
+	if (rc == -EINVAL)
+		LOG_ERR("invalid remote option '%s': want %s", item, wants[k]);
+	return rc < 0 ? rc : 1;
+}
+
 int rmt_throttle_parse(const char *opts, struct rmt_throttle_opts *t,
 		       char **rest)
 {
-	char *buf, *item, *next, *out;
-	size_t olen = 0;
-	int rc = 0;
+	int rc;
 
 	memset(t, 0, sizeof(*t));
-	*rest = NULL;
-	if (!opts || !*opts)
-		return 0;
-	buf = strdup(opts);
-	out = malloc(strlen(opts) + 1);
-	if (!buf || !out) {
-		rc = -ENOMEM;
-		goto out_free;
-	}
-	out[0] = '\0';
-	for (item = buf; item; item = next) {
-		char *eq = strchr(item, ',');
-		enum key k;
-
-		next = NULL;
-		if (eq) {
-			*eq = '\0';
-			next = eq + 1;
-		}
-		if (!*item)
-			continue;
-		eq = strchr(item, '=');
-		k = key_of(item, eq ? (size_t)(eq - item) : strlen(item));
-		if (k == KEY_NONE) {
-			/* the driver's: passed on as it was */
-			if (olen)
-				out[olen++] = ',';
-			strcpy(out + olen, item);
-			olen += strlen(item);
-			continue;
-		}
-		t->any = true;
-		rc = eq ? parse_item(k, eq + 1, t) : -EINVAL;
-		if (rc == -EINVAL)
-			LOG_ERR("invalid remote option '%s': want %s", item,
-				wants[k]);
-		if (rc < 0)
-			goto out_free;
-	}
-	if (t->any) {
-		*rest = out;
-		out = NULL;
-	}
-out_free:
+	rc = rmt_opts_split(opts, take_throttle, t, rest);
 	if (rc < 0) {
 		rmt_throttle_opts_release(t);
 		t->any = false;
 	}
-	free(out);
-	free(buf);
 	return rc;
 }
 
