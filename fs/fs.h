@@ -31,6 +31,19 @@ struct fs_opts {
 	unsigned int max_threads;  /* -o max_threads=N, default 16 */
 	int clone_fd;              /* -o clone_fd (libfuse's) */
 	unsigned int max_idle_threads; /* -o max_idle_threads=N */
+	/* write-back over the journal (journal/) */
+	bool writeback;            /* -o writeback=on|off, default on */
+	char *journal;             /* -o journal=DIR, or NULL: the default
+				      (fs_journal_default()) */
+	unsigned int streams;      /* -o streams=N, default 4 */
+	unsigned int chunk_size;   /* -o chunk_size=SIZE, 0: the journal's */
+	bool sync_remote;          /* -o sync=remote (default sync=journal) */
+	bool verify;               /* -o verify=readback */
+	unsigned long long bwlimit;     /* -o bwlimit=RATE, 0: none */
+	unsigned long long journal_max; /* -o journal_max=SIZE, 0: disk */
+	/* the strings behind the values above, as given (parse_into) */
+	char *s_writeback, *s_sync, *s_verify, *s_bwlimit, *s_journal_max,
+		*s_chunk_size;
 };
 
 /*
@@ -45,6 +58,12 @@ struct fs_opts {
 int fs_opts_parse(int argc, char *argv[], struct fuse_args *args,
 		  struct fs_opts *o, char *err, unsigned long errsize);
 void fs_opts_release(struct fs_opts *o);
+
+/* The default journal directory of the share whose rmt_id() is @id:
+ * /var/lib/ferryfs/journal/<hash> as root, else
+ * $XDG_STATE_HOME/ferryfs/journal/<hash> (~/.local/state when unset).
+ * Caller frees. NULL on ENOMEM or without HOME. */
+char *fs_journal_default(const char *id);
 
 /* Print the usage text (ferryfs's and libfuse's options) to stdout. */
 void fs_usage(const char *progname);

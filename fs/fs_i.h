@@ -36,6 +36,11 @@
 #include <sys/types.h>
 
 struct rmt_file;
+struct rmt;
+struct jnl;
+struct jnl_flusher;
+struct fs_opts;
+struct fuse_session;
 
 struct fs_link {
 	struct fs_inode *parent; /* holds a ref on parent */
@@ -45,7 +50,13 @@ struct fs_link {
 
 /* An open file: one per FUSE open/create, travels in fi->fh. */
 struct fs_handle {
-	struct rmt_file *file;  /* immutable */
+	/* write-through, or a file the journal does not know: the remote
+	 * file (immutable). Write-back (id != 0): the remote file read for
+	 * the chunks the journal does not hold, opened on first use
+	 * (protected by lock), or NULL */
+	struct rmt_file *file;
+	uint64_t id;            /* write-back: the journal node, or 0 */
+	pthread_mutex_t lock;   /* write-back: file */
 	struct fs_inode *inode; /* immutable, holds a ref */
 	bool append;            /* opened O_APPEND: writes go to EOF */
 	bool direct;            /* FUSE direct I/O (write-only): immutable */
@@ -56,7 +67,12 @@ struct fs_handle {
 };
 
 struct fs_inode {
-	uint64_t dev, ino;  /* the remote identity: immutable */
+	uint64_t dev, ino;  /* the remote identity: immutable; a node created
+			       in the journal: (FS_LOCAL_DEV, its id with the
+			       top bit set) */
+	uint64_t id;        /* write-back: the journal node (jnl_id), 0 if the
+			       journal does not know the object; set once,
+			       never changed; protected by itab->lock */
 	mode_t type;        /* S_IFMT bits: immutable */
 	uint64_t nlookup;   /* kernel lookups; protected by itab->lock */
 	uint64_t refs;      /* see invariant 2; protected by itab->lock */
@@ -77,6 +93,10 @@ struct fs_itab;
 /* Make a table whose root has the identity of @root_st. Caller owns *out;
  * free with fs_itab_free(). Errors: -ENOMEM. */
 int fs_itab_new(const struct stat *root_st, struct fs_itab **out);
+/* The key of objects that exist only in the journal (see fs_inode) */
+#define FS_LOCAL_DEV UINT64_MAX
+#define FS_LOCAL_INO_BIT (1ull << 63)
+
 /* Free the table and every inode still in it. NULL is a no-op. */
 void fs_itab_free(struct fs_itab *t);
 
@@ -129,6 +149,29 @@ int fs_itab_rename(struct fs_itab *t, struct fs_inode *p1, const char *n1,
 int fs_itab_path(struct fs_itab *t, struct fs_inode *ino, const char *name,
 		 char *buf, size_t size);
 
+/*
+ * Write-back: the path of @ino (+ "/@name") relative to its nearest
+ * ancestor (or itself) that has a journal id, which goes to *base (0 when
+ * none has one: then the path is from the root, as fs_itab_path()). The
+ * caller prefixes jnl_node_rpath(*base). Errors: as fs_itab_path().
+ */
+int fs_itab_path_rel(struct fs_itab *t, struct fs_inode *ino, const char *name,
+		     char *buf, size_t size, uint64_t *base);
+/* The journal id of @ino (0: none). */
+uint64_t fs_itab_id(struct fs_itab *t, struct fs_inode *ino);
+/* Give @ino its journal id (once). Errors: -ESTALE (it has another). */
+int fs_itab_set_id(struct fs_itab *t, struct fs_inode *ino, uint64_t id);
+/* The same for the inode with remote identity (@dev, @ino), if there is
+ * one (after the journal imported that object by name). */
+void fs_itab_set_id_by_key(struct fs_itab *t, uint64_t dev, uint64_t ino,
+			   uint64_t id);
+/* The first (preferred) name of @ino: its parent, with a ref taken (drop
+ * it with fs_itab_unref()), and the name in @name (NAME_MAX + 1 bytes).
+ * Errors: -ESTALE (no name left). */
+int fs_itab_first_link(struct fs_itab *t, struct fs_inode *ino,
+		       struct fs_inode **parent, char *name);
+void fs_itab_unref(struct fs_itab *t, struct fs_inode *ino);
+
 /* Attach a new open handle to its inode: h->refs becomes 1 (owned by the
  * kernel's open, dropped by release), and the inode gains a ref. */
 void fs_itab_handle_add(struct fs_itab *t, struct fs_handle *h);
@@ -180,6 +223,59 @@ int fs_mount_dev(const char *mnt, unsigned int *maj, unsigned int *min);
 /* The mount points of every ferryfs mount this process sees; returns the
  * count (at most @max). */
 int fs_ctl_list(char mounts[][4096], int max);
+
+/* --- the daemon's state, shared by ops.c and wb.c --------------------- */
+
+struct fs {
+	struct rmt *rmt;         /* immutable after start */
+	struct fs_itab *itab;    /* immutable after start */
+	const struct fs_opts *o; /* immutable */
+	bool is_root;            /* the daemon runs as uid 0 */
+	bool use_fd;             /* the remote gives kernel fds: splice */
+	bool warned_chown;       /* protected by nothing: a benign race */
+	struct fuse_session *se; /* immutable after start */
+	char *mnt_abs;           /* absolute mount point; immutable */
+	struct fs_ctl *ctl;      /* the control socket, or NULL */
+	struct timespec started; /* immutable */
+	/* write-back (wb.c): NULL in write-through mode; set before the
+	 * session starts, immutable while it runs */
+	struct jnl *jnl;
+	struct jnl_flusher *fl;
+	char *journal_dir;
+};
+
+/* The remote path of @n (+ "/@name"), PATH_MAX bytes: fs_itab_path() in
+ * write-through mode; in write-back mode from the nearest ancestor the
+ * journal knows (jnl_node_rpath()), so it is where the remote has the
+ * object now. Errors: as fs_itab_path(), -ENOENT (under a directory that
+ * is not on the remote yet). */
+int fs_rpath(struct fs *fs, struct fs_inode *n, const char *name, char *buf);
+
+/* wb.c: open the journal and start the flusher (fs_wb_start), stop both
+ * (fs_wb_stop: says what stays pending), and the control commands. */
+int fs_wb_open(struct fs *fs, bool check_only);
+int fs_wb_start(struct fs *fs);
+void fs_wb_stop(struct fs *fs);
+int fs_wb_ctl(struct fs *fs, const char *cmd, char *reply, size_t size);
+
+#ifdef FUSE_LOWLEVEL_H_
+/* ops.c: the write-through operations (the baseline, and what wb.c uses
+ * for the root's attributes and for objects the journal does not know) */
+extern const struct fuse_lowlevel_ops fs_wt_ops;
+/* wb.c: the table with the write-back operations over @wt */
+void fs_wb_ops(struct fuse_lowlevel_ops *ops);
+/* ops.c helpers wb.c shares */
+void fs_fill_entry(struct fs *fs, struct fuse_entry_param *e,
+		   struct fs_inode *n, const struct stat *st);
+int fs_handle_put(struct fs *fs, struct fs_handle *h);
+#endif
+
+struct rmt_listing;
+/* wb.c: the merged listing of directory @n, for ops.c's readdir: the
+ * entries in @l (emptied first), and in *ids (realloc'ed, caller frees)
+ * the journal id of each, 0 for a remote entry. */
+int fs_wb_dir_fill(struct fs *fs, struct fs_inode *n, struct rmt_listing *l,
+		   uint64_t **ids);
 
 /* Check invariants 1-4; abort() with a BUG line if broken (tests). */
 void fs_itab_assert_sane(struct fs_itab *t);

@@ -393,8 +393,8 @@ int fs_itab_rename(struct fs_itab *t, struct fs_inode *p1, const char *n1,
 	return rc;
 }
 
-int fs_itab_path(struct fs_itab *t, struct fs_inode *ino, const char *name,
-		 char *buf, size_t size)
+int fs_itab_path_rel(struct fs_itab *t, struct fs_inode *ino, const char *name,
+		     char *buf, size_t size, uint64_t *base)
 {
 	/* walk up collecting names, then write them root first */
 	const char *parts[PATH_MAX / 2];
@@ -405,7 +405,13 @@ int fs_itab_path(struct fs_itab *t, struct fs_inode *ino, const char *name,
 	if (size == 0)
 		return -ENAMETOOLONG;
 	pthread_mutex_lock(&t->lock);
-	while (n != t->root) {
+	if (base)
+		*base = 0;
+	while (n != t->root || (base && n->id)) {
+		if (base && n->id) {
+			*base = n->id;
+			break;
+		}
 		if (!n->links || nparts == PATH_MAX / 2) {
 			rc = -ESTALE;
 			goto out_unlock;
@@ -441,6 +447,70 @@ int fs_itab_path(struct fs_itab *t, struct fs_inode *ino, const char *name,
 out_unlock:
 	pthread_mutex_unlock(&t->lock);
 	return rc;
+}
+
+int fs_itab_path(struct fs_itab *t, struct fs_inode *ino, const char *name,
+		 char *buf, size_t size)
+{
+	return fs_itab_path_rel(t, ino, name, buf, size, NULL);
+}
+
+uint64_t fs_itab_id(struct fs_itab *t, struct fs_inode *n)
+{
+	uint64_t id;
+
+	pthread_mutex_lock(&t->lock);
+	id = n->id;
+	pthread_mutex_unlock(&t->lock);
+	return id;
+}
+
+int fs_itab_set_id(struct fs_itab *t, struct fs_inode *n, uint64_t id)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&t->lock);
+	if (n->id && n->id != id)
+		rc = -ESTALE;
+	else
+		n->id = id;
+	pthread_mutex_unlock(&t->lock);
+	return rc;
+}
+
+void fs_itab_set_id_by_key(struct fs_itab *t, uint64_t dev, uint64_t ino,
+			   uint64_t id)
+{
+	struct fs_inode *n;
+
+	pthread_mutex_lock(&t->lock);
+	n = find_locked(t, dev, ino);
+	if (n && !n->id)
+		n->id = id;
+	pthread_mutex_unlock(&t->lock);
+}
+
+int fs_itab_first_link(struct fs_itab *t, struct fs_inode *n,
+		       struct fs_inode **parent, char *name)
+{
+	int rc = -ESTALE;
+
+	pthread_mutex_lock(&t->lock);
+	if (n->links) {
+		*parent = n->links->parent;
+		(*parent)->refs++;
+		snprintf(name, NAME_MAX + 1, "%s", n->links->name);
+		rc = 0;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return rc;
+}
+
+void fs_itab_unref(struct fs_itab *t, struct fs_inode *n)
+{
+	pthread_mutex_lock(&t->lock);
+	put_ref(t, n);
+	pthread_mutex_unlock(&t->lock);
 }
 
 void fs_itab_handle_add(struct fs_itab *t, struct fs_handle *h)

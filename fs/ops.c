@@ -93,23 +93,11 @@ _Static_assert(sizeof(fuse_ino_t) >= sizeof(uintptr_t),
 #define FS_MAX_WRITE (1u << 20)
 #define FS_READAHEAD_KB 8192u /* see set_readahead() */
 
-struct fs {
-	struct rmt *rmt;         /* immutable after start */
-	struct fs_itab *itab;    /* immutable after start */
-	const struct fs_opts *o; /* immutable */
-	bool is_root;            /* the daemon runs as uid 0 */
-	bool use_fd;             /* the remote gives kernel fds: splice */
-	bool warned_chown;       /* protected by nothing: a benign race */
-	struct fuse_session *se; /* immutable after start */
-	char *mnt_abs;           /* absolute mount point; immutable */
-	struct fs_ctl *ctl;      /* the control socket, or NULL */
-	struct timespec started; /* immutable */
-};
-
 /* A directory listing, snapshot at opendir (and at rewind). */
 struct fs_dir {
 	struct rmt_listing l;
-	bool listed; /* a readdir has run: offset 0 again means rewind */
+	uint64_t *ids; /* write-back: journal id of entry i, 0 if none */
+	bool listed;   /* a readdir has run: offset 0 again means rewind */
 };
 
 static struct fs *fs_of(fuse_req_t req)
@@ -142,12 +130,13 @@ static bool same_object(const struct fs_inode *n, const struct stat *st)
 }
 
 /* Drop a handle ref; the last one closes the remote file. */
-static int handle_put(struct fs *fs, struct fs_handle *h)
+int fs_handle_put(struct fs *fs, struct fs_handle *h)
 {
 	int rc = 0;
 
 	if (fs_itab_handle_put(fs->itab, h)) {
 		rc = rmt_file_close(h->file);
+		pthread_mutex_destroy(&h->lock);
 		free(h);
 	}
 	return rc;
@@ -162,7 +151,7 @@ static void reply_err(fuse_req_t req, int rc)
 static int path_of(struct fs *fs, fuse_ino_t ino, const char *name,
 		   char *buf)
 {
-	return fs_itab_path(fs->itab, inode_of(fs, ino), name, buf, PATH_MAX);
+	return fs_rpath(fs, inode_of(fs, ino), name, buf);
 }
 
 /*
@@ -179,7 +168,7 @@ static int inode_stat(struct fs *fs, struct fs_inode *n,
 
 	if (fi && fi->fh)
 		return rmt_file_stat(handle_of(fi)->file, st);
-	rc = fs_itab_path(fs->itab, n, NULL, path, sizeof(path));
+	rc = fs_rpath(fs, n, NULL, path);
 	if (rc == 0) {
 		rc = rmt_stat(fs->rmt, path, st);
 		if (rc == 0 && !same_object(n, st))
@@ -189,7 +178,7 @@ static int inode_stat(struct fs *fs, struct fs_inode *n,
 		h = fs_itab_handle_any(fs->itab, n);
 		if (h) {
 			rc = rmt_file_stat(h->file, st);
-			handle_put(fs, h);
+			fs_handle_put(fs, h);
 		}
 	}
 	return rc;
@@ -199,7 +188,7 @@ static int inode_stat(struct fs *fs, struct fs_inode *n,
 static int checked_path(struct fs *fs, struct fs_inode *n, char *path)
 {
 	struct stat st;
-	int rc = fs_itab_path(fs->itab, n, NULL, path, PATH_MAX);
+	int rc = fs_rpath(fs, n, NULL, path);
 
 	if (rc < 0)
 		return rc;
@@ -226,8 +215,8 @@ static void reply_attr(fuse_req_t req, struct stat *st)
 	fuse_reply_attr(req, st, fs_of(req)->o->attr_timeout);
 }
 
-static void fill_entry(struct fs *fs, struct fuse_entry_param *e,
-		       struct fs_inode *n, const struct stat *st)
+void fs_fill_entry(struct fs *fs, struct fuse_entry_param *e,
+		   struct fs_inode *n, const struct stat *st)
 {
 	memset(e, 0, sizeof(*e));
 	e->ino = ino_of(fs, n);
@@ -250,7 +239,7 @@ static void reply_new_entry(fuse_req_t req, struct fs_inode *parent,
 		reply_err(req, rc);
 		return;
 	}
-	fill_entry(fs, &e, n, st);
+	fs_fill_entry(fs, &e, n, st);
 	if (fuse_reply_entry(req, &e) != 0)
 		fs_itab_forget(fs->itab, n, 1); /* the kernel never got it */
 }
@@ -449,7 +438,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	if (rc == 0)
 		rc = f ? rmt_file_stat(f, &st) : rmt_stat(fs->rmt, p, &st);
 	if (borrowed)
-		handle_put(fs, borrowed);
+		fs_handle_put(fs, borrowed);
 	if (rc < 0)
 		goto out_err;
 	if (sa.set & RMT_SET_SIZE)
@@ -666,6 +655,7 @@ static int handle_new(struct fs *fs, struct fs_inode *n, struct rmt_file *f,
 		return -ENOMEM;
 	h->file = f;
 	h->inode = n;
+	pthread_mutex_init(&h->lock, NULL);
 	h->append = (flags & O_APPEND) != 0;
 	/* rule 5 */
 	h->direct = (flags & O_ACCMODE) == O_WRONLY && !fs->o->no_direct_write;
@@ -682,7 +672,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct rmt_file *f;
 	char path[PATH_MAX];
 	struct stat st;
-	int rc = fs_itab_path(fs->itab, n, NULL, path, sizeof(path));
+	int rc = fs_rpath(fs, n, NULL, path);
 
 	if (rc < 0)
 		goto out_err;
@@ -711,7 +701,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	fi->fh = (uint64_t)(uintptr_t)h;
 	if (fuse_reply_open(req, fi) != 0)
-		handle_put(fs, h);
+		fs_handle_put(fs, h);
 	return;
 out_err:
 	reply_err(req, rc);
@@ -764,12 +754,12 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 		goto out_err;
 	}
 	fs_itab_keep_cache(fs->itab, n, &st);
-	fill_entry(fs, &e, n, &st);
+	fs_fill_entry(fs, &e, n, &st);
 	fi->direct_io = h->direct;
 	fi->noflush = !needs_flush(fs, fi->flags);
 	fi->fh = (uint64_t)(uintptr_t)h;
 	if (fuse_reply_create(req, &e, fi) != 0) {
-		handle_put(fs, h);
+		fs_handle_put(fs, h);
 		fs_itab_forget(fs->itab, n, 1);
 	}
 	return;
@@ -936,7 +926,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino,
 	struct fs *fs = fs_of(req);
 
 	(void)ino;
-	handle_put(fs, handle_of(fi));
+	fs_handle_put(fs, handle_of(fi));
 	fuse_reply_err(req, 0);
 }
 
@@ -999,13 +989,18 @@ static void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in,
 static void dir_free(struct fs_dir *d)
 {
 	rmt_listing_release(&d->l);
+	free(d->ids);
 	free(d);
 }
 
 static int dir_fill(struct fs *fs, fuse_ino_t ino, struct fs_dir *d)
 {
 	char path[PATH_MAX];
-	int rc = checked_path(fs, inode_of(fs, ino), path);
+	int rc;
+
+	if (fs->jnl)
+		return fs_wb_dir_fill(fs, inode_of(fs, ino), &d->l, &d->ids);
+	rc = checked_path(fs, inode_of(fs, ino), path);
 
 	if (rc == 0)
 		rc = rmt_list(fs->rmt, path, &d->l);
@@ -1085,7 +1080,14 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 						    &st, 1, &n);
 				if (rc < 0)
 					break;
-				fill_entry(fs, &e, n, &st);
+				if (d->ids && d->ids[off - 2] &&
+				    fs_itab_set_id(fs->itab, n,
+						   d->ids[off - 2]) < 0) {
+					fs_itab_forget(fs->itab, n, 1);
+					n = NULL;
+					continue; /* a stale entry: skip */
+				}
+				fs_fill_entry(fs, &e, n, &st);
 			}
 			len = fuse_add_direntry_plus(req, p, rem, name, &e,
 						     off + 1);
@@ -1247,7 +1249,7 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	fuse_reply_err(req, -rc);
 }
 
-static const struct fuse_lowlevel_ops fs_ops = {
+const struct fuse_lowlevel_ops fs_wt_ops = {
 	.init = op_init,
 	.lookup = op_lookup,
 	.forget = op_forget,
@@ -1297,6 +1299,8 @@ static int ctl_handle(void *arg, const char *cmd, char *reply, size_t size)
 	struct rmt_counters rc;
 	struct timespec now;
 
+	if (fs->jnl)
+		return fs_wb_ctl(fs, cmd, reply, size);
 	if (!strcmp(cmd, "status")) {
 		rmt_counters(fs->rmt, &rc);
 		clock_gettime(CLOCK_MONOTONIC, &now);
@@ -1366,6 +1370,7 @@ static void set_readahead(const char *mnt)
 int fs_run(struct fuse_args *args, const struct fs_opts *o)
 {
 	struct fs fs = { .o = o, .is_root = geteuid() == 0 };
+	struct fuse_lowlevel_ops ops = fs_wt_ops;
 	struct fuse_loop_config *cfg = NULL;
 	struct fuse_session *se;
 	struct stat st;
@@ -1405,11 +1410,18 @@ int fs_run(struct fuse_args *args, const struct fs_opts *o)
 			o->mountpoint, strerror(rc));
 		goto out_itab;
 	}
+	if (o->writeback) {
+		/* now, for a clear error on stderr; its threads start after
+		 * daemonize's fork, below */
+		if (fs_wb_open(&fs, true) < 0)
+			goto out_itab;
+		fs_wb_ops(&ops);
+	}
 	/* before mounting: afterwards resolving it would ask ourselves */
 	if (strncmp(o->mountpoint, "/dev/fd/", 8))
 		fs.mnt_abs = realpath(o->mountpoint, NULL);
 	clock_gettime(CLOCK_MONOTONIC, &fs.started);
-	se = fuse_session_new(args, &fs_ops, sizeof(fs_ops), &fs);
+	se = fuse_session_new(args, &ops, sizeof(ops), &fs);
 	if (!se)
 		goto out_itab; /* libfuse said why, in one line */
 	fs.se = se;
@@ -1423,6 +1435,9 @@ int fs_run(struct fuse_args *args, const struct fs_opts *o)
 	if (fs.is_root)
 		set_readahead(fs.mnt_abs);
 	if (fuse_daemonize(o->foreground) != 0)
+		goto out_unmount;
+	if (o->writeback &&
+	    (fs_wb_open(&fs, false) < 0 || fs_wb_start(&fs) < 0))
 		goto out_unmount;
 	if (fs.mnt_abs) {
 		/* after the fork of daemonize: threads do not survive it */
@@ -1450,12 +1465,14 @@ int fs_run(struct fuse_args *args, const struct fs_opts *o)
 out_unmount:
 	fs_ctl_stop(fs.ctl);
 	fuse_session_unmount(se);
+	fs_wb_stop(&fs);
 out_signals:
 	fuse_remove_signal_handlers(se);
 out_session:
 	fuse_session_destroy(se);
 out_itab:
 	free(fs.mnt_abs);
+	free(fs.journal_dir);
 	fs_itab_free(fs.itab);
 out_rmt:
 	rmt_close(fs.rmt);

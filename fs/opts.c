@@ -20,6 +20,7 @@
 #include <fuse_opt.h>
 
 #include "fs.h"
+#include "remote.h"
 
 enum {
 	KEY_HELP,
@@ -55,6 +56,14 @@ static const struct fuse_opt opt_spec[] = {
 	OPTV("negative_timeout=%lf", negative_timeout),
 	OPT("noallow_other", no_allow_other),
 	OPT("no_direct_write", no_direct_write),
+	OPTV("writeback=%s", s_writeback),
+	OPTV("journal=%s", journal),
+	OPTV("streams=%u", streams),
+	OPTV("chunk_size=%s", s_chunk_size),
+	OPTV("sync=%s", s_sync),
+	OPTV("verify=%s", s_verify),
+	OPTV("bwlimit=%s", s_bwlimit),
+	OPTV("journal_max=%s", s_journal_max),
 	FUSE_OPT_END
 };
 
@@ -117,6 +126,81 @@ static int opt_proc(void *data, const char *arg, int key,
 	}
 }
 
+static int parse_size(const char *name, const char *s, unsigned long long *out,
+		      char *err, unsigned long errsize)
+{
+	uint64_t v;
+
+	if (rmt_parse_rate(s, &v) < 0) {
+		snprintf(err, errsize, "bad %s '%s' (a number with K, M, G, "
+			 "Ki, Mi or Gi)", name, s);
+		return -EINVAL;
+	}
+	*out = v;
+	return 0;
+}
+
+/* The write-back options given as strings, into their values. */
+static int parse_journal_opts(struct fs_opts *o, char *err,
+			      unsigned long errsize)
+{
+	uint64_t v;
+
+	o->writeback = true;
+	if (o->s_writeback) {
+		if (!strcmp(o->s_writeback, "off"))
+			o->writeback = false;
+		else if (strcmp(o->s_writeback, "on"))
+			goto bad_writeback;
+	}
+	if (o->s_sync) {
+		if (!strcmp(o->s_sync, "remote"))
+			o->sync_remote = true;
+		else if (strcmp(o->s_sync, "journal"))
+			goto bad_sync;
+	}
+	if (o->s_verify) {
+		if (!strcmp(o->s_verify, "readback"))
+			o->verify = true;
+		else if (strcmp(o->s_verify, "none"))
+			goto bad_verify;
+	}
+	if (o->streams < 1 || o->streams > 64) {
+		snprintf(err, errsize, "streams must be 1..64");
+		return -EINVAL;
+	}
+	if (o->s_bwlimit && parse_size("bwlimit", o->s_bwlimit, &o->bwlimit,
+					 err, errsize) < 0)
+		return -EINVAL;
+	if (o->s_journal_max &&
+	    parse_size("journal_max", o->s_journal_max, &o->journal_max, err,
+		       errsize) < 0)
+		return -EINVAL;
+	if (o->s_chunk_size) {
+		if (rmt_parse_rate(o->s_chunk_size, &v) < 0 ||
+		    v < (64u << 10) || v > (64u << 20) || (v & (v - 1))) {
+			snprintf(err, errsize, "chunk_size must be a power of "
+				 "two from 64Ki to 64Mi (e.g. 4Mi)");
+			return -EINVAL;
+		}
+		o->chunk_size = (unsigned int)v;
+	}
+	if (o->journal && !o->journal[0]) {
+		snprintf(err, errsize, "journal= needs a directory");
+		return -EINVAL;
+	}
+	return 0;
+bad_writeback:
+	snprintf(err, errsize, "writeback must be on or off");
+	return -EINVAL;
+bad_sync:
+	snprintf(err, errsize, "sync must be journal or remote");
+	return -EINVAL;
+bad_verify:
+	snprintf(err, errsize, "verify must be readback or none");
+	return -EINVAL;
+}
+
 static int parse_into(struct parse_ctx *cp, int argc, char *argv[],
 		      struct fuse_args *args)
 {
@@ -130,6 +214,7 @@ static int parse_into(struct parse_ctx *cp, int argc, char *argv[],
 	o->negative_timeout = 1.0;
 	o->max_threads = 16;
 	o->max_idle_threads = 8;
+	o->streams = 4;
 	if (errsize)
 		err[0] = '\0';
 
@@ -169,6 +254,9 @@ static int parse_into(struct parse_ctx *cp, int argc, char *argv[],
 		snprintf(err, errsize, "max_threads must be 1..1024");
 		return -EINVAL;
 	}
+
+	if (parse_journal_opts(o, err, errsize) < 0)
+		return -EINVAL;
 
 	if (fuse_opt_add_arg(args, "-odefault_permissions") < 0 ||
 	    fuse_opt_add_arg(args, "-osubtype=ferryfs") < 0)
@@ -210,6 +298,15 @@ void fs_opts_release(struct fs_opts *o)
 	free(o->remote);
 	free(o->mountpoint);
 	free(o->remote_opts);
+	free(o->journal);
+	free(o->s_writeback);
+	free(o->s_sync);
+	free(o->s_verify);
+	free(o->s_bwlimit);
+	free(o->s_journal_max);
+	free(o->s_chunk_size);
+	o->journal = o->s_writeback = o->s_sync = o->s_verify = NULL;
+	o->s_bwlimit = o->s_journal_max = o->s_chunk_size = NULL;
 	o->remote = NULL;
 	o->mountpoint = NULL;
 	o->remote_opts = NULL;
@@ -244,6 +341,20 @@ void fs_usage(const char *progname)
 	       "    -o clone_fd            one /dev/fuse fd per thread\n"
 	       "    -o connections=N       connections to an nfs:// remote (4)\n"
 	       "\n"
+	       "write-back (the journal; see README):\n"
+	       "    -o writeback=on|off    on: writes land in a local journal and\n"
+	       "                           reach the remote in the background (on);\n"
+	       "                           off: every operation straight to the remote\n"
+	       "    -o journal=DIR         the journal (/var/lib/ferryfs/journal/ID as\n"
+	       "                           root, else $XDG_STATE_HOME/ferryfs/journal/ID)\n"
+	       "    -o streams=N           parallel flush streams (4)\n"
+	       "    -o chunk_size=SIZE     chunk of a new journal (4Mi)\n"
+	       "    -o sync=journal|remote fsync: durable in the journal (journal), or\n"
+	       "                           fsync and close wait for the remote (remote)\n"
+	       "    -o bwlimit=RATE        cap the flush at RATE bytes/s\n"
+	       "    -o journal_max=SIZE    bound the journal; writers wait for the flush\n"
+	       "    -o verify=readback     read every flushed chunk back and compare\n"
+	       "\n"
 	       "simulation aids (slow the remote down, to measure without a\n"
 	       "network; RATE in bytes/s with K/M/G or Ki/Mi/Gi):\n"
 	       "    -o remote_rate=RATE    all streams together\n"
@@ -258,4 +369,32 @@ void fs_usage(const char *progname)
 	       "FUSE options:\n",
 	       progname, progname);
 	fuse_lowlevel_help();
+}
+
+char *fs_journal_default(const char *id)
+{
+	/* FNV-1a of the share's id: one directory per share */
+	unsigned long long h = 1469598103934665603ull;
+	const char *base, *home, *sub = "";
+	char *out = NULL;
+
+	for (; *id; id++) {
+		h ^= (unsigned char)*id;
+		h *= 1099511628211ull;
+	}
+	if (geteuid() == 0) {
+		base = "/var/lib";
+	} else {
+		base = getenv("XDG_STATE_HOME");
+		if (!base || base[0] != '/') {
+			home = getenv("HOME");
+			if (!home || home[0] != '/')
+				return NULL;
+			base = home;
+			sub = "/.local/state";
+		}
+	}
+	if (asprintf(&out, "%s%s/ferryfs/journal/%016llx", base, sub, h) < 0)
+		return NULL;
+	return out;
 }

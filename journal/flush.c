@@ -527,6 +527,68 @@ static int bw_book(struct stream *s, size_t n)
 /* --- chunks --------------------------------------------------------------------- */
 
 /*
+ * Write a chunk: the part past the remote file's end keeps its holes
+ * (4 KiB blocks of zeros are not written, the size is set instead), so a
+ * sparse file stays sparse on the share. Below the remote's end every byte
+ * is written: zeros there may replace data.
+ */
+#define SPARSE_BLOCK 4096u
+
+static bool all_zero(const char *p, size_t n)
+{
+	return n == 0 || (p[0] == 0 && !memcmp(p, p + 1, n - 1));
+}
+
+static ssize_t write_sparse(struct rmt_file *rf,
+			    const char *buf, size_t n, off_t off)
+{
+	size_t head = 0, pos, run;
+	struct stat st;
+	ssize_t got;
+
+	if (rmt_file_stat(rf, &st) < 0 || (uint64_t)off + n <= (uint64_t)st.st_size)
+		return rmt_file_pwrite(rf, buf, n, off);
+	if (st.st_size > off)
+		head = (size_t)(st.st_size - off);
+	if (head) {
+		got = rmt_file_pwrite(rf, buf, head, off);
+		if (got < 0)
+			return got;
+	}
+	for (pos = head; pos < n; pos += run) {
+		/* a run of blocks that are all zeros, or all not */
+		bool zero;
+
+		run = SPARSE_BLOCK - (size_t)((uint64_t)(off + (off_t)pos) %
+					      SPARSE_BLOCK);
+		if (run > n - pos)
+			run = n - pos;
+		zero = all_zero(buf + pos, run);
+		while (pos + run < n) {
+			size_t b = n - pos - run < SPARSE_BLOCK
+					   ? n - pos - run
+					   : SPARSE_BLOCK;
+
+			if (all_zero(buf + pos + run, b) != zero)
+				break;
+			run += b;
+		}
+		if (zero)
+			continue;
+		got = rmt_file_pwrite(rf, buf + pos, run, off + (off_t)pos);
+		if (got < 0)
+			return got;
+	}
+	/* trailing zeros: one byte marks where the chunk ends (a write
+	 * never shrinks the file, as a truncate would under another
+	 * stream's later chunk) */
+	if (!all_zero(buf + n - 1, 1) || rmt_file_pwrite(rf, buf + n - 1, 1,
+							  off + (off_t)n - 1) >= 0)
+		return (ssize_t)n;
+	return -EIO;
+}
+
+/*
  * Write chunk @c at its node's remote path (invariant 2). 0 with @sha the
  * digest of what was written, or -errno with *fault.
  */
@@ -572,7 +634,7 @@ static int chunk_write(struct stream *s, const struct jnl_chunk_ref *c,
 		return rc;
 	}
 	*fault = F_REMOTE;
-	got = rmt_file_pwrite(rf, s->buf, (size_t)n, off);
+	got = write_sparse(rf, (const char *)s->buf, (size_t)n, off);
 	rc = got < 0 ? (int)got : 0;
 	if (!rc && !(f->flags & JNL_FLUSH_NO_FSYNC))
 		rc = rmt_file_fsync(rf, true);
@@ -1010,9 +1072,11 @@ static int replay_op(struct stream *s, const struct jnl_op *op,
 		if (rc == -EEXIST && !rmt_stat(s->r, s->path, &st) &&
 		    S_ISDIR(st.st_mode))
 			rc = 0;
-		if (!rc) { /* mkdir's mode went through the umask */
+		if (!rc) { /* mkdir's mode went through the umask; the
+			    * times are the application's */
 			struct rmt_setattr sa = attrs_of(
-				&n, RMT_SET_MODE | owner_bits(f));
+				&n, RMT_SET_MODE | RMT_SET_ATIME |
+					    RMT_SET_MTIME | owner_bits(f));
 
 			rc = rmt_setattr(s->r, s->path, NULL, &sa);
 		}

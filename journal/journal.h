@@ -220,6 +220,10 @@ struct jnl_node {
 	uint64_t base_dev, base_ino;
 	/* where the remote has it now (rparent 0: nowhere yet) */
 	jnl_id rparent;
+	/* what is left to flush of it (jnl_node_get): ops naming it, chunk
+	 * records not FLUSHED, and writes not committed yet */
+	uint64_t pending_ops, unflushed;
+	bool uncommitted;
 };
 
 /* Read a node; size and mtime include writes not committed yet.
@@ -429,7 +433,8 @@ int jnl_ops_ready(struct jnl *j, struct jnl_op *out, int max);
 /* The op is on the remote: drop it and update rparent/rname (CREATE,
  * MKDIR, SYMLINK: placed at parent/name and no longer LOCAL, its dirty
  * chunks become claimable; RENAME: moved, both sides of an EXCHANGE;
- * UNLINK/RMDIR: nowhere), and drop the whiteout the op made.
+ * LINK: at the new name; UNLINK/RMDIR of the remote name: nowhere), and
+ * drop the whiteout the op made.
  * Errors: -ENOENT (no such op), -EINVAL (not handed out). */
 int jnl_op_ack(struct jnl *j, uint64_t seq);
 /* The op failed: back to pending (retried), or with @fatal marks its node

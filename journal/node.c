@@ -371,6 +371,9 @@ int jnl_node_get(struct jnl *j, jnl_id id, struct jnl_node *out)
 	if (!rc) {
 		jnl_pnode_merge(&p, &n->r);
 		to_public(id, &n->r, out);
+		out->pending_ops = n->r.nops;
+		out->unflushed = n->r.unflushed;
+		out->uncommitted = p.size_set || p.mtime_set;
 	}
 	free(n);
 	return rc;

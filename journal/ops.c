@@ -507,6 +507,17 @@ static int ack_effects(struct jnl_wtx *w, const struct jnl_orec *o,
 			rc = whiteout_done(w, r->parent, o->name, o->seq);
 		return rc;
 	case JNL_OP_LINK:
+		/* the new name is on the remote: the node's data goes there
+		 * from now on, so that an unlink of the old name (ordered
+		 * after this op) does not leave it nowhere. Not handled: an
+		 * unlink of this newest name while an older one remains
+		 * leaves the node nowhere (its later changes are refused
+		 * as JNL_NODE_ERROR) */
+		rc = jnl_node_read(w->j, w->txn, r->id, a);
+		if (rc)
+			return rc;
+		place(a, r->parent, o->name);
+		return jnl_node_write(w->j, w->txn, r->id, a);
 	case JNL_OP_SETATTR:
 	case JNL_OP_FINISH:
 		return 0;

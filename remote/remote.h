@@ -135,6 +135,11 @@ unsigned int rmt_caps(const struct rmt *r);
  * "path:/srv/nas". Owned by r. */
 const char *rmt_id(const struct rmt *r);
 
+/* A rate or size as the options take it: digits (a fraction allowed) and
+ * one of "", K, M, G (powers of 1000), Ki, Mi, Gi (of 1024); at least 1.
+ * Errors: -EINVAL. */
+int rmt_parse_rate(const char *s, uint64_t *out);
+
 /*
  * What went through a struct rmt since rmt_open(), counted in remote.c for
  * every driver. Each field is read atomically, but not all of them at one

@@ -351,7 +351,7 @@ static int parse_with_unit(const char *s, const struct unit *units,
 	return -EINVAL;
 }
 
-static int parse_rate(const char *s, uint64_t *out)
+int rmt_parse_rate(const char *s, uint64_t *out)
 {
 	static const struct unit units[] = {
 		{ "", 1 },
@@ -432,9 +432,9 @@ static int parse_item(enum key k, const char *value,
 
 	switch (k) {
 	case KEY_RATE:
-		return parse_rate(value, &t->rate);
+		return rmt_parse_rate(value, &t->rate);
 	case KEY_STREAM_RATE:
-		return parse_rate(value, &t->stream_rate);
+		return rmt_parse_rate(value, &t->stream_rate);
 	case KEY_LATENCY:
 		return parse_duration(value, &t->latency_ns);
 	case KEY_FAULT:

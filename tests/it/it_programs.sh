@@ -56,9 +56,19 @@ fi
 # subshell with set -e, output to $W/out; prints ok / not ok and, on
 # failure, the output's tail. (bash ignores set -e in a function called
 # from an if condition; a background subshell that we wait for keeps it.)
+# A check that looks at REMOTE first brings it up to date with the mount:
+# IT_REMOTE_SYNC (mount_run.sh sets it for a write-back mount) flushes.
 check() {
 	local name=$1
 	shift
+	case "$name" in
+	*REMOTE*)
+		if [ -n "${IT_REMOTE_SYNC:-}" ] && ! eval "$IT_REMOTE_SYNC"; then
+			echo "it_programs: '$IT_REMOTE_SYNC' failed" >&2
+			exit 1
+		fi
+		;;
+	esac
 	n=$((n + 1))
 	(
 		set -e
@@ -365,13 +375,14 @@ check "sqlite3 WAL: REMOTE copy read-only: ok, 10600 rows" \
 # ---- removal ----------------------------------------------------------------
 
 rm_all() {
-	rm -rf "$MNT/cp" "$MNT/r" "$MNT/tar" "$MNT/clone" &&
-		for d in cp r tar clone; do
-			if [ -e "$REMOTE/$d" ]; then
-				echo "$REMOTE/$d still exists"
-				return 1
-			fi
-		done
+	rm -rf "$MNT/cp" "$MNT/r" "$MNT/tar" "$MNT/clone" || return 1
+	if [ -n "${IT_REMOTE_SYNC:-}" ]; then eval "$IT_REMOTE_SYNC" || return 1; fi
+	for d in cp r tar clone; do
+		if [ -e "$REMOTE/$d" ]; then
+			echo "$REMOTE/$d still exists"
+			return 1
+		fi
+	done
 }
 check "rm -rf of the trees removes them from REMOTE" rm_all
 

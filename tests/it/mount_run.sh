@@ -9,7 +9,10 @@
 #   $T/mnt      the mount point
 #   $T/daemon.log  the daemon's stdout+stderr (printed if anything failed)
 #
-# CMD sees MNT, REMOTE and FERRYFS in its environment. FERRYFS_OPTS (word
+# CMD sees MNT, REMOTE and FERRYFS in its environment, and in write-back
+# mode (unless FERRYFS_OPTS has writeback=off) IT_REMOTE_SYNC, a command
+# that flushes the mount to REMOTE. The journal is $T/journal unless
+# FERRYFS_OPTS names one. FERRYFS_OPTS (word
 # split on purpose, e.g. "-o journal=/x") is appended to the mount command;
 # FERRYFS_DEBUG=1 adds -d. IT_TIMEOUT overrides CMD's time limit (seconds).
 #
@@ -161,8 +164,19 @@ trap 'status=143; exit' TERM HUP
 
 debug=
 [ "${FERRYFS_DEBUG:-0}" = 1 ] && debug=-d
+# write-back (the default): a journal of our own, and checks of REMOTE
+# first flush the mount (it_syscalls runs IT_REMOTE_SYNC before each)
+journal=
+case " ${FERRYFS_OPTS:-} " in
+*journal=*) ;;
+*) journal="-o journal=$T/journal" ;;
+esac
+case " ${FERRYFS_OPTS:-} " in
+*writeback=off*) unset IT_REMOTE_SYNC ;;
+*) export IT_REMOTE_SYNC="$FERRYFS flush $MNT --wait >/dev/null" ;;
+esac
 # shellcheck disable=SC2086 # FERRYFS_OPTS is a list of words on purpose
-"$FERRYFS" mount "$SPEC" "$MNT" -f $debug ${FERRYFS_OPTS:-} \
+"$FERRYFS" mount "$SPEC" "$MNT" -f $debug $journal ${FERRYFS_OPTS:-} \
 	>"$T/daemon.log" 2>&1 </dev/null &
 DAEMON_PID=$!
 

@@ -1,0 +1,1873 @@
+/*
+ * wb.c - write-back: the FUSE operations over the journal (issue 3).
+ *
+ * With -o writeback=on (the default) every change made through the mount
+ * goes to the journal (journal/) and is answered at once; the flusher
+ * (journal/flush.c) takes it to the remote in the background. What the
+ * mount shows is the merged view: the remote below, the journal above
+ * (entries it adds, whiteouts for names it removed).
+ *
+ * Objects (the plan W1-W7 of ops.c, as built):
+ *  - An inode has a journal id (fs_inode.id) once the journal knows the
+ *    object: created here, or imported because something local depends on
+ *    it (a write, a child, a rename, a removal). Its attributes, names and
+ *    data are then the journal's (jnl_node_get, jnl_lookup, jnl_read).
+ *    Its kernel inode number is the remote one for an imported object and
+ *    the id with the top bit set for one created here (fs_inode key
+ *    (FS_LOCAL_DEV, ...)), stable for as long as the journal keeps it.
+ *  - An inode without an id is a remote object nothing local touched: the
+ *    write-through operations of ops.c serve it, at the path fs_rpath()
+ *    gives (from its nearest ancestor the journal knows: where the remote
+ *    has it now, even under a directory renamed here and not flushed yet).
+ *  - The root is the journal's JNL_ROOT; its own attributes stay the
+ *    remote's (getattr, setattr and xattrs of the root go straight there).
+ *
+ * Rules:
+ *  1. A change first imports what it names (ensure_id(): the parents up to
+ *     a known one, each checked to be the same remote object as the inode,
+ *     else -ESTALE), then checks the remote side of the merged view (a new
+ *     name free there, a directory empty there: merged_empty()), then
+ *     makes the journal call, which appends the op for the flusher.
+ *  2. Objects created here belong to the calling user and group (the
+ *     directory's group under a setgid directory), as in ops.c rule 2.
+ *  3. Data: jnl_write(); -ENODATA asks for the remote bytes of a chunk
+ *     written in part (fill_chunk()). Reads merge jnl_read() with the
+ *     remote for the chunks the journal does not hold.
+ *  4. fsync = durable in the journal (jnl_fsync_node). With -o sync=remote
+ *     fsync and close also wait until the file is on the remote
+ *     (wait_remote()).
+ *  5. No lock is held across a journal or remote call; the journal is
+ *     thread-safe.
+ *
+ * Not done yet (README "Status"): extended attributes of a file created
+ * here wait for its create to reach the remote (set_xattr_wait()); a file
+ * changed on the share behind ferryfs while it has changes in the journal
+ * is a conflict the mount does not detect yet (issue 5).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FUSE_USE_VERSION 314
+#include <fuse_lowlevel.h>
+
+#include "fs.h"
+#include "fs_i.h"
+#include "journal.h"
+#include "log.h"
+#include "remote.h"
+
+#define FS_MAX_WRITE (1u << 20)
+
+static struct fs *fs_of(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static struct fs_inode *inode_of(struct fs *fs, fuse_ino_t ino)
+{
+	if (ino == FUSE_ROOT_ID)
+		return fs_itab_root(fs->itab);
+	return (struct fs_inode *)(uintptr_t)ino;
+}
+
+static struct fs_handle *handle_of(struct fuse_file_info *fi)
+{
+	return (struct fs_handle *)(uintptr_t)fi->fh;
+}
+
+static void reply_err(fuse_req_t req, int rc)
+{
+	fuse_reply_err(req, rc < 0 ? -rc : EIO);
+}
+
+static bool is_root(struct fs *fs, struct fs_inode *n)
+{
+	return n == fs_itab_root(fs->itab);
+}
+
+/* --- paths --------------------------------------------------------------- */
+
+/* buf = a + "/" + b (either may be empty); PATH_MAX bytes */
+static int join(char *buf, const char *a, const char *b)
+{
+	int n;
+
+	if (!*a)
+		n = snprintf(buf, PATH_MAX, "%s", b);
+	else if (!*b)
+		n = snprintf(buf, PATH_MAX, "%s", a);
+	else
+		n = snprintf(buf, PATH_MAX, "%s/%s", a, b);
+	return n < 0 || n >= PATH_MAX ? -ENAMETOOLONG : 0;
+}
+
+/* Where the remote has node @id now (+ "/@name"). -ENOENT: not there. */
+static int id_rpath(struct fs *fs, jnl_id id, const char *name, char *buf)
+{
+	char base[PATH_MAX];
+	int rc = jnl_node_rpath(fs->jnl, id, base, sizeof(base));
+
+	if (rc < 0)
+		return rc;
+	return join(buf, base, name ? name : "");
+}
+
+int fs_rpath(struct fs *fs, struct fs_inode *n, const char *name, char *buf)
+{
+	char rel[PATH_MAX], base[PATH_MAX];
+	uint64_t id;
+	int rc;
+
+	if (!fs->jnl)
+		return fs_itab_path(fs->itab, n, name, buf, PATH_MAX);
+	rc = fs_itab_path_rel(fs->itab, n, name, rel, sizeof(rel), &id);
+	if (rc < 0)
+		return rc;
+	if (!id)
+		return join(buf, "", rel);
+	rc = jnl_node_rpath(fs->jnl, id, base, sizeof(base));
+	if (rc < 0)
+		return rc;
+	return join(buf, base, rel);
+}
+
+/* --- nodes ----------------------------------------------------------------- */
+
+/* What the kernel sees of a node; st_dev/st_ino are the inode table's key
+ * (see fs_inode). */
+static void node_to_stat(struct fs *fs, const struct jnl_node *nd,
+			 struct stat *st)
+{
+	struct fs_inode *root = fs_itab_root(fs->itab);
+
+	memset(st, 0, sizeof(*st));
+	st->st_mode = nd->mode;
+	st->st_uid = nd->uid;
+	st->st_gid = nd->gid;
+	st->st_size = (off_t)nd->size;
+	st->st_nlink = nd->nlink ? (nlink_t)nd->nlink : 1;
+	st->st_atim = nd->atime;
+	st->st_mtim = nd->mtime;
+	st->st_ctim = nd->ctime;
+	st->st_blksize = S_ISREG(nd->mode) ? FS_MAX_WRITE : 4096;
+	st->st_blocks = (blkcnt_t)((nd->size + 511) / 512);
+	if (nd->id == JNL_ROOT) {
+		st->st_dev = (dev_t)root->dev;
+		st->st_ino = (ino_t)root->ino;
+	} else if (nd->base_ino) {
+		st->st_dev = (dev_t)nd->base_dev;
+		st->st_ino = (ino_t)nd->base_ino;
+	} else {
+		st->st_dev = (dev_t)FS_LOCAL_DEV;
+		st->st_ino = (ino_t)(nd->id | FS_LOCAL_INO_BIT);
+	}
+}
+
+static int node_stat(struct fs *fs, jnl_id id, struct jnl_node *nd,
+		     struct stat *st)
+{
+	struct jnl_node tmp;
+	int rc = jnl_node_get(fs->jnl, id, nd ? nd : &tmp);
+
+	if (rc == 0)
+		node_to_stat(fs, nd ? nd : &tmp, st);
+	return rc;
+}
+
+/* Everything of it is on the remote. */
+static bool node_clean(const struct jnl_node *nd)
+{
+	return !(nd->flags & (JNL_NODE_LOCAL | JNL_NODE_DATA)) &&
+	       !nd->pending_ops && !nd->unflushed && !nd->uncommitted;
+}
+
+/*
+ * The journal id of @n, importing it (and its parents) first if the
+ * journal does not know it yet (rule 1).
+ */
+static int ensure_id(struct fs *fs, struct fs_inode *n, jnl_id *out)
+{
+	char name[NAME_MAX + 1], path[PATH_MAX];
+	struct fs_inode *parent;
+	struct stat st;
+	jnl_id pid, id;
+	int rc;
+
+	*out = fs_itab_id(fs->itab, n);
+	if (*out)
+		return 0;
+	rc = fs_itab_first_link(fs->itab, n, &parent, name);
+	if (rc < 0)
+		return rc;
+	rc = ensure_id(fs, parent, &pid);
+	fs_itab_unref(fs->itab, parent);
+	if (rc == 0)
+		rc = id_rpath(fs, pid, name, path);
+	if (rc == 0)
+		rc = rmt_stat(fs->rmt, path, &st);
+	if (rc == -ENOENT)
+		rc = -ESTALE;
+	if (rc == 0 && (n->dev != (uint64_t)st.st_dev ||
+			n->ino != (uint64_t)st.st_ino))
+		rc = -ESTALE; /* another object took the name on the share */
+	if (rc == 0)
+		rc = jnl_node_import(fs->jnl, pid, name, &st, &id);
+	if (rc == -ENOENT)
+		rc = -ESTALE; /* the name was removed here meanwhile */
+	if (rc == 0)
+		rc = fs_itab_set_id(fs->itab, n, id);
+	if (rc == 0)
+		*out = id;
+	return rc;
+}
+
+/* What (@pid or the remote @parent, @name) is in the merged view. */
+struct found {
+	bool journal;      /* a journal node: id, nd */
+	jnl_id id;
+	struct jnl_node nd;
+	struct stat st;    /* the node's (node_to_stat) or the remote's */
+};
+
+static int find_in(struct fs *fs, jnl_id pid, struct fs_inode *parent,
+		   const char *name, struct found *f)
+{
+	char path[PATH_MAX];
+	bool whiteout;
+	int rc;
+
+	memset(f, 0, sizeof(*f));
+	if (pid) {
+		rc = jnl_lookup(fs->jnl, pid, name, &f->id, &whiteout);
+		if (rc == 0) {
+			f->journal = true;
+			return node_stat(fs, f->id, &f->nd, &f->st);
+		}
+		if (rc != -ENOENT || whiteout)
+			return rc;
+		rc = id_rpath(fs, pid, name, path); /* -ENOENT: LOCAL */
+	} else {
+		rc = fs_rpath(fs, parent, name, path);
+	}
+	if (rc < 0)
+		return rc;
+	return rmt_stat(fs->rmt, path, &f->st);
+}
+
+static int find(struct fs *fs, struct fs_inode *parent, const char *name,
+		struct found *f)
+{
+	return find_in(fs, fs_itab_id(fs->itab, parent), parent, name, f);
+}
+
+/* Make sure the journal knows what @f found at (@pid, @name). */
+static int import_found(struct fs *fs, jnl_id pid, const char *name,
+			struct found *f)
+{
+	int rc;
+
+	if (f->journal)
+		return 0;
+	rc = jnl_node_import(fs->jnl, pid, name, &f->st, &f->id);
+	if (rc < 0)
+		return rc == -ENOENT ? -ESTALE : rc;
+	fs_itab_set_id_by_key(fs->itab, (uint64_t)f->st.st_dev,
+			      (uint64_t)f->st.st_ino, f->id);
+	f->journal = true;
+	return jnl_node_get(fs->jnl, f->id, &f->nd);
+}
+
+/* Attributes of any inode: the root's and unknown objects' from the
+ * remote, nodes' from the journal. */
+static int inode_attr(struct fs *fs, struct fs_inode *n, struct stat *st)
+{
+	char path[PATH_MAX];
+	jnl_id id = fs_itab_id(fs->itab, n);
+	int rc;
+
+	if (id && !is_root(fs, n))
+		return node_stat(fs, id, NULL, st);
+	rc = fs_rpath(fs, n, NULL, path);
+	if (rc == 0)
+		rc = rmt_stat(fs->rmt, path, st);
+	if (rc == 0 && (n->dev != (uint64_t)st->st_dev ||
+			n->ino != (uint64_t)st->st_ino))
+		rc = -ESTALE;
+	return rc;
+}
+
+struct dir_scan {
+	struct fs *fs;
+	jnl_id dir;
+	bool collect; /* keep the names, else stop at the first name */
+	int found;    /* a name (not a whiteout) */
+	char (*names)[NAME_MAX + 1];
+	jnl_id *ids;
+	size_t n, cap;
+};
+
+static int scan_names(const char *name, jnl_id id, void *arg)
+{
+	struct dir_scan *s = arg;
+
+	if (id)
+		s->found = 1;
+	if (!s->collect)
+		return id ? 1 : 0; /* emptiness only: stop at the first */
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? s->cap * 2 : 64;
+		void *a = realloc(s->names, cap * sizeof(*s->names));
+
+		if (!a)
+			return -ENOMEM;
+		s->names = a;
+		a = realloc(s->ids, cap * sizeof(*s->ids));
+		if (!a)
+			return -ENOMEM;
+		s->ids = a;
+		s->cap = cap;
+	}
+	snprintf(s->names[s->n], NAME_MAX + 1, "%s", name);
+	s->ids[s->n++] = id;
+	return 0;
+}
+
+/*
+ * Is the directory empty in the merged view? @id its node (0: a remote
+ * directory the journal does not know, at @path).
+ */
+static int merged_empty(struct fs *fs, jnl_id id, const char *path)
+{
+	struct dir_scan s = { .fs = fs, .dir = id };
+	struct rmt_listing l = { 0 };
+	char rp[PATH_MAX];
+	size_t i;
+	int rc;
+
+	if (id) {
+		rc = jnl_readdir(fs->jnl, id, scan_names, &s);
+		if (rc < 0 && rc != 1)
+			return rc;
+		if (s.found)
+			return -ENOTEMPTY;
+		rc = id_rpath(fs, id, NULL, rp);
+		if (rc == -ENOENT)
+			return 0; /* not on the remote: nothing there */
+		if (rc < 0)
+			return rc;
+		path = rp;
+	}
+	rc = rmt_list(fs->rmt, path, &l);
+	for (i = 0; rc == 0 && i < l.n; i++) {
+		jnl_id cid;
+		bool whiteout = false;
+
+		if (id)
+			jnl_lookup(fs->jnl, id, l.e[i].name, &cid, &whiteout);
+		if (!whiteout)
+			rc = -ENOTEMPTY;
+	}
+	rmt_listing_release(&l);
+	return rc;
+}
+
+/* --- entries ------------------------------------------------------------- */
+
+static void reply_entry_st(fuse_req_t req, struct fs_inode *parent,
+			   const char *name, jnl_id id, const struct stat *st)
+{
+	struct fs *fs = fs_of(req);
+	struct fuse_entry_param e;
+	struct stat a = *st;
+	struct fs_inode *n = NULL;
+	int rc = fs_itab_lookup(fs->itab, parent, name, st, 1, &n);
+
+	if (rc == 0 && id)
+		rc = fs_itab_set_id(fs->itab, n, id);
+	else if (rc == 0 && (id = fs_itab_id(fs->itab, n)) != 0)
+		rc = node_stat(fs, id, NULL, &a); /* a known object */
+	if (rc < 0) {
+		if (n)
+			fs_itab_forget(fs->itab, n, 1);
+		reply_err(req, rc);
+		return;
+	}
+	fs_fill_entry(fs, &e, n, &a);
+	if (fuse_reply_entry(req, &e) != 0)
+		fs_itab_forget(fs->itab, n, 1);
+}
+
+static void wb_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct fs *fs = fs_of(req);
+	struct found f;
+	int rc = find(fs, inode_of(fs, parent), name, &f);
+
+	if (rc == -ENOENT && fs->o->negative_timeout > 0) {
+		struct fuse_entry_param e = {
+			.entry_timeout = fs->o->negative_timeout,
+		};
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	if (rc < 0) {
+		reply_err(req, rc);
+		return;
+	}
+	reply_entry_st(req, inode_of(fs, parent), name, f.id, &f.st);
+}
+
+/* --- attributes ---------------------------------------------------------- */
+
+static void wb_getattr(fuse_req_t req, fuse_ino_t ino,
+		       struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_inode *n = inode_of(fs, ino);
+	jnl_id id = fs_itab_id(fs->itab, n);
+	struct stat st;
+	int rc;
+
+	if (!id || is_root(fs, n)) {
+		fs_wt_ops.getattr(req, ino, fi);
+		return;
+	}
+	rc = node_stat(fs, id, NULL, &st);
+	if (rc < 0)
+		reply_err(req, rc);
+	else
+		fuse_reply_attr(req, &st, fs->o->attr_timeout);
+}
+
+static struct timespec now_ts(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ts;
+}
+
+static void wb_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
+		       int to_set, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_inode *n = inode_of(fs, ino);
+	struct jnl_node a = { 0 }, cur;
+	unsigned int set = 0;
+	struct stat st;
+	jnl_id id;
+	int rc;
+
+	if (is_root(fs, n)) {
+		fs_wt_ops.setattr(req, ino, attr, to_set, fi);
+		return;
+	}
+	rc = ensure_id(fs, n, &id);
+	if (rc == 0)
+		rc = jnl_node_get(fs->jnl, id, &cur);
+	if (rc < 0)
+		goto out_err;
+	if (to_set & FUSE_SET_ATTR_MODE) {
+		set |= JNL_SET_MODE;
+		a.mode = (cur.mode & S_IFMT) | (attr->st_mode & 07777);
+	}
+	if (to_set & FUSE_SET_ATTR_UID) {
+		set |= JNL_SET_UID;
+		a.uid = attr->st_uid;
+	}
+	if (to_set & FUSE_SET_ATTR_GID) {
+		set |= JNL_SET_GID;
+		a.gid = attr->st_gid;
+	}
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		set |= JNL_SET_SIZE;
+		a.size = (uint64_t)attr->st_size;
+	}
+	if (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_ATIME_NOW)) {
+		set |= JNL_SET_ATIME;
+		a.atime = (to_set & FUSE_SET_ATTR_ATIME_NOW) ? now_ts()
+							     : attr->st_atim;
+	}
+	if (to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW)) {
+		set |= JNL_SET_MTIME;
+		a.mtime = (to_set & FUSE_SET_ATTR_MTIME_NOW) ? now_ts()
+							     : attr->st_mtim;
+	}
+	/* chown by root of a regular file clears set-id bits, as the
+	 * kernel does on a local filesystem (the remote's chown would) */
+	if ((set & (JNL_SET_UID | JNL_SET_GID)) && S_ISREG(cur.mode) &&
+	    (cur.mode & (S_ISUID | S_ISGID)) && !(set & JNL_SET_MODE)) {
+		set |= JNL_SET_MODE;
+		a.mode = cur.mode & ~(mode_t)(S_ISUID | S_ISGID);
+	}
+	rc = set ? jnl_setattr(fs->jnl, id, set, &a) : 0;
+	if (rc == 0)
+		rc = node_stat(fs, id, NULL, &st);
+	if (rc < 0)
+		goto out_err;
+	if (set & JNL_SET_SIZE)
+		fs_itab_cache_update(fs->itab, n, &st);
+	fuse_reply_attr(req, &st, fs->o->attr_timeout);
+	return;
+out_err:
+	reply_err(req, rc);
+}
+
+static void wb_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	struct fs *fs = fs_of(req);
+	jnl_id id = fs_itab_id(fs->itab, inode_of(fs, ino));
+	char target[PATH_MAX], path[PATH_MAX];
+	int rc;
+
+	if (!id) {
+		fs_wt_ops.readlink(req, ino);
+		return;
+	}
+	rc = jnl_readlink(fs->jnl, id, target, sizeof(target));
+	if (rc == -ENODATA) { /* imported: the remote has the target */
+		rc = id_rpath(fs, id, NULL, path);
+		if (rc == 0)
+			rc = rmt_readlink(fs->rmt, path, target,
+					  sizeof(target));
+	}
+	if (rc < 0)
+		reply_err(req, rc);
+	else
+		fuse_reply_readlink(req, target);
+}
+
+/* --- namespace ------------------------------------------------------------ */
+
+/* Rule 2: owner and group of a new object in @pid (mode with its type). */
+static int new_attr(struct fs *fs, fuse_req_t req, struct fs_inode *parent,
+		    mode_t mode, struct jnl_node *a)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct stat pst;
+	int rc = inode_attr(fs, parent, &pst);
+
+	if (rc < 0)
+		return rc;
+	memset(a, 0, sizeof(*a));
+	a->mode = mode;
+	a->uid = fs->is_root ? ctx->uid : geteuid();
+	a->gid = fs->is_root ? ctx->gid : getegid();
+	if (pst.st_mode & S_ISGID) {
+		a->gid = pst.st_gid;
+		if (S_ISDIR(mode))
+			a->mode |= S_ISGID;
+	}
+	a->atime = a->mtime = now_ts();
+	return 0;
+}
+
+/*
+ * The parent's id (imported if needed) and that (@parent, @name) is free
+ * in the merged view. -EEXIST with *f filled when it is not.
+ */
+/* A name the remote could not take: its path would pass PATH_MAX (the
+ * same limit as write-through, README "Limits"). */
+static int check_length(struct fs *fs, struct fs_inode *parent,
+			const char *name)
+{
+	char path[PATH_MAX];
+
+	return fs_itab_path(fs->itab, parent, name, path, sizeof(path)) ==
+			       -ENAMETOOLONG
+		       ? -ENAMETOOLONG
+		       : 0;
+}
+
+static int prepare_new(struct fs *fs, struct fs_inode *parent,
+		       const char *name, jnl_id *pid, struct found *f)
+{
+	int rc = check_length(fs, parent, name);
+
+	if (rc == 0)
+		rc = ensure_id(fs, parent, pid);
+	if (rc < 0)
+		return rc;
+	rc = find_in(fs, *pid, parent, name, f);
+	if (rc == 0)
+		return -EEXIST;
+	return rc == -ENOENT ? 0 : rc;
+}
+
+/* mknod, mkdir, symlink: a new node, answered with its entry */
+static void new_node(fuse_req_t req, fuse_ino_t parent, const char *name,
+		     mode_t mode, const char *target)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_inode *p = inode_of(fs, parent);
+	struct jnl_node a;
+	struct found f;
+	struct stat st;
+	jnl_id pid, id = 0;
+	int rc = prepare_new(fs, p, name, &pid, &f);
+
+	if (rc == 0)
+		rc = new_attr(fs, req, p, mode, &a);
+	if (rc < 0)
+		goto out_err;
+	if (S_ISDIR(mode))
+		rc = jnl_mkdir(fs->jnl, pid, name, &a, &id);
+	else if (S_ISLNK(mode))
+		rc = jnl_symlink(fs->jnl, pid, name, target, &a, &id);
+	else if (S_ISREG(mode) || S_ISFIFO(mode) || S_ISSOCK(mode))
+		rc = jnl_create(fs->jnl, pid, name, &a, &id);
+	else
+		rc = -EPERM; /* no device nodes on a share */
+	if (rc == 0)
+		rc = node_stat(fs, id, NULL, &st);
+	if (rc < 0)
+		goto out_err;
+	reply_entry_st(req, p, name, id, &st);
+	return;
+out_err:
+	reply_err(req, rc);
+}
+
+static void wb_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
+		     mode_t mode, dev_t rdev)
+{
+	(void)rdev;
+	new_node(req, parent, name, mode ? mode : S_IFREG, NULL);
+}
+
+static void wb_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
+		     mode_t mode)
+{
+	new_node(req, parent, name, S_IFDIR | (mode & 07777), NULL);
+}
+
+static void wb_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
+		       const char *name)
+{
+	new_node(req, parent, name, S_IFLNK | 0777, link);
+}
+
+/* unlink or rmdir (dir = true) */
+static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
+			bool dir)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_inode *p = inode_of(fs, parent);
+	char path[PATH_MAX];
+	struct found f;
+	jnl_id pid;
+	int rc = ensure_id(fs, p, &pid);
+
+	if (rc == 0)
+		rc = find_in(fs, pid, p, name, &f);
+	if (rc < 0)
+		goto out;
+	if (dir && !S_ISDIR(f.st.st_mode))
+		rc = -ENOTDIR;
+	else if (!dir && S_ISDIR(f.st.st_mode))
+		rc = -EISDIR;
+	else if (dir && f.journal)
+		rc = merged_empty(fs, f.id, NULL);
+	else if (dir && (rc = id_rpath(fs, pid, name, path)) == 0)
+		rc = merged_empty(fs, 0, path);
+	if (rc == 0)
+		rc = import_found(fs, pid, name, &f);
+	if (rc == 0)
+		rc = dir ? jnl_rmdir(fs->jnl, pid, name)
+			 : jnl_unlink(fs->jnl, pid, name);
+	if (rc == 0)
+		fs_itab_unlink(fs->itab, p, name, f.st.st_dev, f.st.st_ino);
+out:
+	fuse_reply_err(req, -rc);
+}
+
+static void wb_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	remove_name(req, parent, name, false);
+}
+
+static void wb_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	remove_name(req, parent, name, true);
+}
+
+static void wb_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      fuse_ino_t newparent, const char *newname,
+		      unsigned int flags)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_inode *p1 = inode_of(fs, parent), *p2 = inode_of(fs, newparent);
+	char path[PATH_MAX];
+	struct found src, dst;
+	bool have_dst = false;
+	jnl_id pid1, pid2;
+	int rc;
+
+	if (flags & ~(unsigned int)(RENAME_NOREPLACE | RENAME_EXCHANGE)) {
+		fuse_reply_err(req, EINVAL); /* RENAME_WHITEOUT */
+		return;
+	}
+	rc = check_length(fs, p2, newname);
+	if (rc == 0)
+		rc = ensure_id(fs, p1, &pid1);
+	if (rc == 0)
+		rc = ensure_id(fs, p2, &pid2);
+	if (rc == 0)
+		rc = find_in(fs, pid1, p1, name, &src);
+	if (rc == 0)
+		rc = import_found(fs, pid1, name, &src);
+	if (rc < 0)
+		goto out;
+	rc = find_in(fs, pid2, p2, newname, &dst);
+	if (rc == 0)
+		have_dst = true;
+	else if (rc != -ENOENT)
+		goto out;
+	rc = 0;
+	if (have_dst && dst.journal && dst.id == src.id)
+		goto out; /* the same object: nothing to do */
+	if ((flags & RENAME_NOREPLACE) && have_dst) {
+		rc = -EEXIST;
+	} else if (flags & RENAME_EXCHANGE) {
+		rc = have_dst ? import_found(fs, pid2, newname, &dst) : -ENOENT;
+	} else if (have_dst) {
+		bool sdir = S_ISDIR(src.st.st_mode), ddir = S_ISDIR(dst.st.st_mode);
+
+		if (sdir && !ddir)
+			rc = -ENOTDIR;
+		else if (!sdir && ddir)
+			rc = -EISDIR;
+		else if (ddir && dst.journal)
+			rc = merged_empty(fs, dst.id, NULL);
+		else if (ddir && (rc = id_rpath(fs, pid2, newname, path)) == 0)
+			rc = merged_empty(fs, 0, path);
+	}
+	if (rc == 0)
+		rc = jnl_rename(fs->jnl, pid1, name, pid2, newname, flags);
+	if (rc == 0)
+		fs_itab_rename(fs->itab, p1, name, &src.st, p2, newname,
+			       have_dst ? &dst.st : NULL,
+			       (flags & RENAME_EXCHANGE) != 0);
+out:
+	fuse_reply_err(req, -rc);
+}
+
+static void wb_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
+		    const char *newname)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_inode *p = inode_of(fs, newparent);
+	struct found f;
+	struct stat st;
+	jnl_id id, pid;
+	int rc = ensure_id(fs, inode_of(fs, ino), &id);
+
+	if (rc == 0)
+		rc = prepare_new(fs, p, newname, &pid, &f);
+	if (rc == 0)
+		rc = jnl_link(fs->jnl, id, pid, newname);
+	if (rc == 0)
+		rc = node_stat(fs, id, NULL, &st);
+	if (rc < 0) {
+		reply_err(req, rc);
+		return;
+	}
+	reply_entry_st(req, p, newname, id, &st);
+}
+
+/* --- files ------------------------------------------------------------------ */
+
+static int handle_new(struct fs *fs, struct fs_inode *n, jnl_id id, int flags,
+		      struct fs_handle **out)
+{
+	struct fs_handle *h = calloc(1, sizeof(*h));
+
+	if (!h)
+		return -ENOMEM;
+	h->id = id;
+	h->inode = n;
+	h->append = (flags & O_APPEND) != 0;
+	h->direct = (flags & O_ACCMODE) == O_WRONLY && !fs->o->no_direct_write;
+	pthread_mutex_init(&h->lock, NULL);
+	fs_itab_handle_add(fs->itab, h);
+	*out = h;
+	return 0;
+}
+
+/* The file info of a write-back open of @n (node attributes @st). */
+static void open_info(struct fs *fs, struct fs_handle *h, struct fs_inode *n,
+		      const struct stat *st, struct fuse_file_info *fi)
+{
+	/* only this mount changes a node: the kernel's pages stay good
+	 * while its size and mtime are those it saw */
+	fi->keep_cache = fs_itab_keep_cache(fs->itab, n, st);
+	fi->direct_io = h->direct;
+	fi->noflush = !fs->o->sync_remote;
+	fi->fh = (uint64_t)(uintptr_t)h;
+}
+
+static void wb_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_inode *n = inode_of(fs, ino);
+	jnl_id id = fs_itab_id(fs->itab, n);
+	bool writing = (fi->flags & O_ACCMODE) != O_RDONLY ||
+		       (fi->flags & O_TRUNC);
+	struct fs_handle *h;
+	struct stat st;
+	int rc = 0;
+
+	if (!id && !writing) { /* reading a remote file nothing touched */
+		fs_wt_ops.open(req, ino, fi);
+		return;
+	}
+	if (!id)
+		rc = ensure_id(fs, n, &id);
+	if (rc == 0)
+		rc = node_stat(fs, id, NULL, &st);
+	if (rc == 0 && (fi->flags & O_TRUNC) && st.st_size) {
+		struct jnl_node a = { .size = 0 };
+
+		rc = jnl_setattr(fs->jnl, id, JNL_SET_SIZE, &a);
+		if (rc == 0)
+			rc = node_stat(fs, id, NULL, &st);
+	}
+	if (rc == 0)
+		rc = handle_new(fs, n, id, fi->flags, &h);
+	if (rc < 0) {
+		reply_err(req, rc);
+		return;
+	}
+	open_info(fs, h, n, &st, fi);
+	if (fuse_reply_open(req, fi) != 0)
+		fs_handle_put(fs, h);
+}
+
+static void wb_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      mode_t mode, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_inode *p = inode_of(fs, parent), *n;
+	struct fuse_entry_param e;
+	struct fs_handle *h;
+	struct jnl_node a = { 0 };
+	struct found f;
+	struct stat st;
+	jnl_id pid, id = 0;
+	int rc = prepare_new(fs, p, name, &pid, &f);
+
+	if (rc == -EEXIST && !(fi->flags & O_EXCL)) {
+		/* it appeared since the kernel's lookup: open it */
+		rc = import_found(fs, pid, name, &f);
+		id = f.id;
+		if (rc == 0 && (fi->flags & O_TRUNC)) {
+			a.size = 0;
+			rc = jnl_setattr(fs->jnl, id, JNL_SET_SIZE, &a);
+		}
+	} else if (rc == 0) {
+		rc = new_attr(fs, req, p, S_IFREG | (mode & 07777), &a);
+		if (rc == 0)
+			rc = jnl_create(fs->jnl, pid, name, &a, &id);
+	}
+	if (rc == 0)
+		rc = node_stat(fs, id, NULL, &st);
+	if (rc == 0)
+		rc = fs_itab_lookup(fs->itab, p, name, &st, 1, &n);
+	if (rc < 0)
+		goto out_err;
+	rc = fs_itab_set_id(fs->itab, n, id);
+	if (rc == 0)
+		rc = handle_new(fs, n, id, fi->flags, &h);
+	if (rc < 0) {
+		fs_itab_forget(fs->itab, n, 1);
+		goto out_err;
+	}
+	fs_fill_entry(fs, &e, n, &st);
+	open_info(fs, h, n, &st, fi);
+	if (fuse_reply_create(req, &e, fi) != 0) {
+		fs_handle_put(fs, h);
+		fs_itab_forget(fs->itab, n, 1);
+	}
+	return;
+out_err:
+	reply_err(req, rc);
+}
+
+/* The remote file of a write-back handle, opened on first use. */
+static int handle_remote(struct fs *fs, struct fs_handle *h,
+			 struct rmt_file **out)
+{
+	char path[PATH_MAX];
+	int rc = 0;
+
+	pthread_mutex_lock(&h->lock);
+	if (!h->file) {
+		rc = id_rpath(fs, h->id, NULL, path);
+		if (rc == 0)
+			rc = rmt_file_open(fs->rmt, path, O_RDONLY, 0,
+					   &h->file);
+	}
+	*out = h->file;
+	pthread_mutex_unlock(&h->lock);
+	return rc;
+}
+
+/* Read [off, off+len) of the remote file; zeros past its end. */
+static int remote_read(struct fs *fs, struct fs_handle *h, char *buf,
+		       size_t len, off_t off)
+{
+	struct rmt_file *f;
+	size_t got = 0;
+	int rc = handle_remote(fs, h, &f);
+
+	while (rc == 0 && got < len) {
+		ssize_t n = rmt_file_pread(f, buf + got, len - got,
+					   off + (off_t)got);
+
+		if (n < 0)
+			rc = (int)n;
+		else if (n == 0)
+			break;
+		else
+			got += (size_t)n;
+	}
+	if (rc == 0)
+		memset(buf + got, 0, len - got);
+	return rc;
+}
+
+static void wb_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_handle *h = handle_of(fi);
+	uint64_t cs = jnl_chunk_size(fs->jnl), c, first, last;
+	bool *have = NULL;
+	char *buf = NULL;
+	ssize_t n;
+	int rc = 0;
+
+	if (!h->id) {
+		fs_wt_ops.read(req, ino, size, off, fi);
+		return;
+	}
+	if (size == 0) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	first = (uint64_t)off / cs;
+	last = ((uint64_t)off + size - 1) / cs;
+	buf = malloc(size);
+	have = calloc(last - first + 1, sizeof(*have));
+	if (!buf || !have) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	n = jnl_read(fs->jnl, h->id, buf, size, off, have);
+	if (n < 0) {
+		rc = (int)n;
+		goto out;
+	}
+	for (c = first; rc == 0 && c <= last; c++) {
+		uint64_t s = c * cs > (uint64_t)off ? c * cs : (uint64_t)off;
+		uint64_t e = (c + 1) * cs;
+
+		if (e > (uint64_t)off + (uint64_t)n)
+			e = (uint64_t)off + (uint64_t)n;
+		if (have[c - first] || s >= e)
+			continue;
+		rc = remote_read(fs, h, buf + (s - (uint64_t)off), e - s,
+				 (off_t)s);
+	}
+	size = (size_t)n;
+out:
+	if (rc < 0)
+		reply_err(req, rc);
+	else
+		fuse_reply_buf(req, buf, size);
+	free(buf);
+	free(have);
+}
+
+/* Hand the journal the remote bytes of chunk @c (jnl_write said
+ * -ENODATA). */
+static int fill_chunk(struct fs *fs, struct fs_handle *h, uint64_t c)
+{
+	uint64_t cs = jnl_chunk_size(fs->jnl);
+	struct rmt_file *f;
+	char *buf = malloc(cs);
+	size_t got = 0;
+	int rc = buf ? handle_remote(fs, h, &f) : -ENOMEM;
+
+	while (rc == 0 && got < cs) {
+		ssize_t n = rmt_file_pread(f, buf + got, cs - got,
+					   (off_t)(c * cs + got));
+
+		if (n < 0)
+			rc = (int)n;
+		else if (n == 0)
+			break;
+		else
+			got += (size_t)n;
+	}
+	if (rc == 0)
+		rc = jnl_chunk_fill(fs->jnl, h->id, c, buf, got);
+	free(buf);
+	return rc;
+}
+
+/* A write by a user other than root clears set-id bits (ops.c
+ * clear_suid, the same rule). */
+static int clear_suid(struct fs *fs, fuse_req_t req, jnl_id id)
+{
+	struct jnl_node nd, a = { 0 };
+	mode_t kill = S_ISUID;
+	int rc;
+
+	if (fuse_req_ctx(req)->uid == 0)
+		return 0;
+	rc = jnl_node_get(fs->jnl, id, &nd);
+	if (rc < 0)
+		return rc;
+	if (nd.mode & S_IXGRP)
+		kill |= S_ISGID;
+	if (!(nd.mode & kill))
+		return 0;
+	a.mode = nd.mode & ~kill;
+	return jnl_setattr(fs->jnl, id, JNL_SET_MODE, &a);
+}
+
+static void wb_write_buf(fuse_req_t req, fuse_ino_t ino,
+			 struct fuse_bufvec *in, off_t off,
+			 struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_handle *h = handle_of(fi);
+	size_t size = fuse_buf_size(in);
+	struct fuse_bufvec out = FUSE_BUFVEC_INIT(size);
+	uint64_t cs = jnl_chunk_size(fs->jnl);
+	char *buf = malloc(size ? size : 1);
+	ssize_t rc;
+	int tries;
+
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	out.buf[0].mem = buf;
+	rc = fuse_buf_copy(&out, in, 0);
+	if (rc >= 0 && (size_t)rc != size)
+		rc = -EIO;
+	if (rc < 0)
+		goto out;
+	if (h->append)
+		pthread_mutex_lock(&h->inode->append_lock);
+	for (tries = 0; tries < 4; tries++) {
+		if (h->append) {
+			struct jnl_node nd;
+
+			rc = jnl_node_get(fs->jnl, h->id, &nd);
+			if (rc < 0)
+				break;
+			off = (off_t)nd.size;
+		}
+		rc = size ? jnl_write(fs->jnl, h->id, buf, size, off) : 0;
+		if (rc != -ENODATA)
+			break;
+		rc = fill_chunk(fs, h, (uint64_t)off / cs);
+		if (rc == 0 && ((uint64_t)off + size - 1) / cs !=
+				       (uint64_t)off / cs)
+			rc = fill_chunk(fs, h, ((uint64_t)off + size - 1) / cs);
+		if (rc < 0)
+			break;
+		rc = -ENODATA;
+	}
+	if (h->append)
+		pthread_mutex_unlock(&h->inode->append_lock);
+	if (rc >= 0)
+		rc = clear_suid(fs, req, h->id) ?: (ssize_t)size;
+	if (rc > 0 && h->direct &&
+	    fs_itab_cached_handles(fs->itab, h->inode))
+		fuse_lowlevel_notify_inval_inode(fs->se, ino, off, (off_t)size);
+out:
+	free(buf);
+	if (rc < 0)
+		reply_err(req, (int)rc);
+	else
+		fuse_reply_write(req, (size_t)rc);
+}
+
+/*
+ * -o sync=remote: wait until node @id is on the remote (its data, its
+ * create and every op naming it acknowledged). Waits for as long as the
+ * remote takes: that is what the option asks for.
+ */
+static int wait_remote(struct fs *fs, jnl_id id)
+{
+	struct timespec d = { 0, 1000000 };
+	struct jnl_node nd;
+	int rc;
+
+	for (;;) {
+		rc = jnl_node_get(fs->jnl, id, &nd);
+		if (rc < 0)
+			return rc;
+		if (nd.flags & JNL_NODE_ERROR)
+			return -EIO;
+		if (node_clean(&nd) || (nd.flags & JNL_NODE_UNLINKED))
+			return 0;
+		rc = jnl_sync(fs->jnl); /* hand the flusher the writes now */
+		if (rc < 0)
+			return rc;
+		jnl_flusher_kick(fs->fl);
+		nanosleep(&d, NULL);
+		if (d.tv_nsec < 50000000)
+			d.tv_nsec *= 2;
+	}
+}
+
+static void wb_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_handle *h = handle_of(fi);
+
+	if (!h->id) {
+		fs_wt_ops.flush(req, ino, fi);
+		return;
+	}
+	fuse_reply_err(req, fs->o->sync_remote ? -wait_remote(fs, h->id) : 0);
+}
+
+static void wb_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+		     struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_handle *h = handle_of(fi);
+	int rc;
+
+	if (!h->id) {
+		fs_wt_ops.fsync(req, ino, datasync, fi);
+		return;
+	}
+	rc = jnl_fsync_node(fs->jnl, h->id);
+	if (rc == 0 && fs->o->sync_remote)
+		rc = wait_remote(fs, h->id);
+	fuse_reply_err(req, -rc);
+}
+
+/* Zeros over [off, off+len) inside the file's size. */
+static int punch(struct fs *fs, struct fs_handle *h, const struct jnl_node *nd,
+		 off_t off, off_t len)
+{
+	uint64_t end = (uint64_t)off + (uint64_t)len, cs = jnl_chunk_size(fs->jnl);
+	char *zeros;
+	int rc = 0;
+
+	if (end > nd->size)
+		end = nd->size;
+	zeros = calloc(1, FS_MAX_WRITE);
+	if (!zeros)
+		return -ENOMEM;
+	while (rc == 0 && (uint64_t)off < end) {
+		size_t n = end - (uint64_t)off < FS_MAX_WRITE
+				   ? (size_t)(end - (uint64_t)off)
+				   : FS_MAX_WRITE;
+		ssize_t w = jnl_write(fs->jnl, h->id, zeros, n, off);
+
+		if (w == -ENODATA) {
+			rc = fill_chunk(fs, h, (uint64_t)off / cs);
+			if (rc == 0)
+				rc = fill_chunk(fs, h, ((uint64_t)off + n - 1) / cs);
+			continue;
+		}
+		rc = w < 0 ? (int)w : 0;
+		off += (off_t)n;
+	}
+	free(zeros);
+	return rc;
+}
+
+static void wb_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off,
+			 off_t len, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_handle *h = handle_of(fi);
+	struct jnl_node nd, a = { 0 };
+	int rc;
+
+	if (!h->id) {
+		fs_wt_ops.fallocate(req, ino, mode, off, len, fi);
+		return;
+	}
+	/* the journal keeps data, not allocation: mode 0 sets the size,
+	 * KEEP_SIZE alone asks for nothing the data needs, a punched hole
+	 * is written as zeros */
+	rc = jnl_node_get(fs->jnl, h->id, &nd);
+	if (rc == 0 && mode == 0 && (uint64_t)off + (uint64_t)len > nd.size) {
+		a.size = (uint64_t)off + (uint64_t)len;
+		rc = jnl_setattr(fs->jnl, h->id, JNL_SET_SIZE, &a);
+	} else if (rc == 0 && mode == (FALLOC_FL_PUNCH_HOLE |
+				       FALLOC_FL_KEEP_SIZE)) {
+		rc = punch(fs, h, &nd, off, len);
+	} else if (rc == 0 && mode != 0 && mode != FALLOC_FL_KEEP_SIZE) {
+		rc = -EOPNOTSUPP; /* COLLAPSE_RANGE, ZERO_RANGE... */
+	}
+	fuse_reply_err(req, -rc);
+}
+
+/* A node's data has no holes the journal reports: all of it is data. */
+static void wb_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
+		     struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_handle *h = handle_of(fi);
+	struct jnl_node nd;
+	int rc;
+
+	if (!h->id) {
+		fs_wt_ops.lseek(req, ino, off, whence, fi);
+		return;
+	}
+	if (whence != SEEK_DATA && whence != SEEK_HOLE) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	rc = jnl_node_get(fs->jnl, h->id, &nd);
+	if (rc < 0)
+		reply_err(req, rc);
+	else if (off < 0 || (uint64_t)off >= nd.size)
+		fuse_reply_err(req, ENXIO);
+	else
+		fuse_reply_lseek(req, whence == SEEK_DATA ? off
+							  : (off_t)nd.size);
+}
+
+static void wb_copy_file_range(fuse_req_t req, fuse_ino_t ino_in,
+			       off_t off_in, struct fuse_file_info *fi_in,
+			       fuse_ino_t ino_out, off_t off_out,
+			       struct fuse_file_info *fi_out, size_t len,
+			       int flags)
+{
+	if (handle_of(fi_in)->id || handle_of(fi_out)->id) {
+		/* the kernel copies through read and write instead */
+		fuse_reply_err(req, EOPNOTSUPP);
+		return;
+	}
+	fs_wt_ops.copy_file_range(req, ino_in, off_in, fi_in, ino_out, off_out,
+				  fi_out, len, flags);
+}
+
+/* --- directories ------------------------------------------------------- */
+
+/* Append one entry to a listing (ops.c frees names and ids). */
+struct listing {
+	struct rmt_listing *l;
+	uint64_t **ids;
+};
+
+static int listing_add(struct listing *d, const char *name, jnl_id id,
+		       const struct stat *st)
+{
+	struct rmt_listing *l = d->l;
+
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		struct rmt_dirent *e = realloc(l->e, cap * sizeof(*e));
+		uint64_t *ids;
+
+		if (!e)
+			return -ENOMEM;
+		l->e = e;
+		ids = realloc(*d->ids, cap * sizeof(*ids));
+		if (!ids)
+			return -ENOMEM;
+		*d->ids = ids;
+		l->cap = cap;
+	}
+	l->e[l->n].name = strdup(name);
+	if (!l->e[l->n].name)
+		return -ENOMEM;
+	l->e[l->n].have_st = true;
+	l->e[l->n].st = *st;
+	(*d->ids)[l->n++] = id;
+	return 0;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+	return strcmp(a, b);
+}
+
+int fs_wb_dir_fill(struct fs *fs, struct fs_inode *n, struct rmt_listing *l,
+		   uint64_t **ids)
+{
+	struct listing ls = { l, ids }, *d = &ls;
+	struct dir_scan s = { .fs = fs, .collect = true };
+	struct rmt_listing rl = { 0 };
+	char path[PATH_MAX];
+	jnl_id id = fs_itab_id(fs->itab, n);
+	size_t i;
+	int rc;
+
+	/* a rewind: start again */
+	rmt_listing_release(l);
+	free(*ids);
+	*ids = NULL;
+
+	if (!id) {
+		rc = fs_rpath(fs, n, NULL, path);
+		if (rc == 0)
+			rc = rmt_list(fs->rmt, path, &rl);
+	} else {
+		s.dir = id;
+		rc = jnl_readdir(fs->jnl, id, scan_names, &s);
+		if (rc == 0)
+			rc = id_rpath(fs, id, NULL, path);
+		if (rc == 0)
+			rc = rmt_list(fs->rmt, path, &rl);
+		else if (rc == -ENOENT)
+			rc = 0; /* not on the remote: the journal's only */
+	}
+	/* the remote's names the journal does not know (names[] is sorted
+	 * in byte order: jnl_readdir) */
+	for (i = 0; rc == 0 && i < rl.n; i++) {
+		if (!rl.e[i].have_st)
+			continue;
+		if (s.n && bsearch(rl.e[i].name, s.names, s.n,
+				   sizeof(*s.names), cmp_name))
+			continue;
+		rc = listing_add(d, rl.e[i].name, 0, &rl.e[i].st);
+	}
+	/* then the journal's entries (whiteouts hide the remote's above) */
+	for (i = 0; rc == 0 && i < s.n; i++) {
+		struct stat st;
+
+		if (!s.ids[i] || node_stat(fs, s.ids[i], NULL, &st) < 0)
+			continue;
+		rc = listing_add(d, s.names[i], s.ids[i], &st);
+	}
+	rmt_listing_release(&rl);
+	free(s.names);
+	free(s.ids);
+	return rc;
+}
+
+static void wb_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
+			struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_of(req);
+	jnl_id id = fs_itab_id(fs->itab, inode_of(fs, ino));
+	int rc;
+
+	if (!id) {
+		fs_wt_ops.fsyncdir(req, ino, datasync, fi);
+		return;
+	}
+	rc = jnl_fsync_node(fs->jnl, id);
+	fuse_reply_err(req, -rc);
+}
+
+static void wb_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct fs *fs = fs_of(req);
+	struct statvfs sv;
+	int rc = rmt_statfs(fs->rmt, &sv);
+
+	(void)ino;
+	/* the remote away: the journal's disk, which takes the writes */
+	if (rc < 0 && statvfs(fs->journal_dir, &sv) < 0)
+		rc = -EIO;
+	else
+		rc = 0;
+	if (rc < 0)
+		reply_err(req, rc);
+	else
+		fuse_reply_statfs(req, &sv);
+}
+
+/* --- extended attributes --------------------------------------------------- */
+
+static const char *node_state(struct fs *fs, const struct jnl_node *nd)
+{
+	struct jnl_flush_stats fst;
+
+	if (nd->flags & JNL_NODE_ERROR)
+		return "error";
+	if (node_clean(nd))
+		return "clean";
+	jnl_flusher_stats(fs->fl, &fst);
+	return !fst.paused && !(nd->flags & JNL_NODE_LOCAL) &&
+			       fst.stream[0].state != JNL_STREAM_STOPPED
+		       ? "flushing"
+		       : "dirty";
+}
+
+/*
+ * The remote path of a node for its xattrs; a node created here waits
+ * until its create reached the remote (at most 60 s), since the journal
+ * keeps no xattrs of its own.
+ */
+static int xattr_path(struct fs *fs, jnl_id id, char *path)
+{
+	struct timespec d = { 0, 2000000 };
+	int i, rc;
+
+	for (i = 0; i < 30000; i++) {
+		rc = id_rpath(fs, id, NULL, path);
+		if (rc != -ENOENT)
+			return rc;
+		jnl_sync(fs->jnl);
+		jnl_flusher_kick(fs->fl);
+		nanosleep(&d, NULL);
+	}
+	return -EIO;
+}
+
+static bool is_local(struct fs *fs, jnl_id id)
+{
+	struct jnl_node nd;
+
+	return jnl_node_get(fs->jnl, id, &nd) == 0 &&
+	       (nd.flags & JNL_NODE_LOCAL);
+}
+
+/*
+ * An access ACL that says no more than permission bits (owner, group and
+ * other entries only: what cp -a and rsync -A set on an ordinary file)
+ * is a chmod: the journal's mode, which the flush applies, must have it.
+ * Returns the bits, or -1 for an ACL with named users or groups or a
+ * mask, which goes to the share as it is.
+ */
+static int acl_mode(const char *v, size_t size)
+{
+	uint32_t version;
+	int mode = 0, seen = 0;
+	size_t i;
+
+	if (size < 4 || (size - 4) % 8)
+		return -1;
+	memcpy(&version, v, 4);
+	if (version != 2)
+		return -1;
+	for (i = 4; i < size; i += 8) {
+		uint16_t tag, perm;
+
+		memcpy(&tag, v + i, 2);
+		memcpy(&perm, v + i + 2, 2);
+		perm &= 7;
+		if (tag == 0x01) /* ACL_USER_OBJ */
+			mode |= perm << 6;
+		else if (tag == 0x04) /* ACL_GROUP_OBJ */
+			mode |= perm << 3;
+		else if (tag == 0x20) /* ACL_OTHER */
+			mode |= perm;
+		else
+			return -1;
+		seen |= tag;
+	}
+	return seen == 0x25 ? mode : -1;
+}
+
+static void wb_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			const char *value, size_t size, int flags)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_inode *n = inode_of(fs, ino);
+	jnl_id id = fs_itab_id(fs->itab, n);
+	char path[PATH_MAX];
+	int rc, mode;
+
+	if (!id || is_root(fs, n) || !strncmp(name, "user.ferryfs.", 13)) {
+		fs_wt_ops.setxattr(req, ino, name, value, size, flags);
+		return;
+	}
+	if (!strcmp(name, "system.posix_acl_access") && !flags &&
+	    (mode = acl_mode(value, size)) >= 0) {
+		struct jnl_node nd, a = { 0 };
+
+		rc = jnl_node_get(fs->jnl, id, &nd);
+		a.mode = (nd.mode & ~(mode_t)0777) | (mode_t)mode;
+		if (rc == 0)
+			rc = jnl_setattr(fs->jnl, id, JNL_SET_MODE, &a);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	rc = xattr_path(fs, id, path);
+	if (rc == 0)
+		rc = rmt_setxattr(fs->rmt, path, name, value, size, flags);
+	fuse_reply_err(req, -rc);
+}
+
+static void wb_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_inode *n = inode_of(fs, ino);
+	jnl_id id = fs_itab_id(fs->itab, n);
+	char path[PATH_MAX];
+	int rc;
+
+	if (!id || is_root(fs, n) || !strncmp(name, "user.ferryfs.", 13)) {
+		fs_wt_ops.removexattr(req, ino, name);
+		return;
+	}
+	rc = is_local(fs, id) ? -ENODATA : xattr_path(fs, id, path);
+	if (rc == 0)
+		rc = rmt_removexattr(fs->rmt, path, name);
+	fuse_reply_err(req, -rc);
+}
+
+static void reply_xattr(fuse_req_t req, ssize_t n, const char *buf,
+			size_t size)
+{
+	if (n < 0)
+		reply_err(req, (int)n);
+	else if (size == 0)
+		fuse_reply_xattr(req, (size_t)n);
+	else if ((size_t)n > size)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, buf, (size_t)n);
+}
+
+static void wb_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			size_t size)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_inode *n = inode_of(fs, ino);
+	jnl_id id = fs_itab_id(fs->itab, n);
+	char path[PATH_MAX], *buf = NULL;
+	struct jnl_node nd;
+	ssize_t rc;
+
+	if (!id || is_root(fs, n)) {
+		fs_wt_ops.getxattr(req, ino, name, size);
+		return;
+	}
+	if (!strcmp(name, "user.ferryfs.state")) {
+		const char *state = "clean";
+
+		rc = jnl_node_get(fs->jnl, id, &nd);
+		if (rc == 0)
+			state = node_state(fs, &nd);
+		reply_xattr(req, rc < 0 ? rc : (ssize_t)strlen(state), state,
+			    size);
+		return;
+	}
+	if (!strncmp(name, "user.ferryfs.", 13) || is_local(fs, id)) {
+		fuse_reply_err(req, ENODATA);
+		return;
+	}
+	buf = size ? malloc(size) : NULL;
+	rc = size && !buf ? -ENOMEM : id_rpath(fs, id, NULL, path);
+	if (rc == 0)
+		rc = rmt_getxattr(fs->rmt, path, name, buf, size);
+	reply_xattr(req, rc, buf, size);
+	free(buf);
+}
+
+static void wb_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct fs *fs = fs_of(req);
+	struct fs_inode *n = inode_of(fs, ino);
+	jnl_id id = fs_itab_id(fs->itab, n);
+	char path[PATH_MAX], *buf = NULL;
+	ssize_t rc;
+
+	if (!id || is_root(fs, n)) {
+		fs_wt_ops.listxattr(req, ino, size);
+		return;
+	}
+	if (is_local(fs, id)) {
+		reply_xattr(req, 0, NULL, size);
+		return;
+	}
+	buf = size ? malloc(size) : NULL;
+	rc = size && !buf ? -ENOMEM : id_rpath(fs, id, NULL, path);
+	if (rc == 0)
+		rc = rmt_listxattr(fs->rmt, path, buf, size);
+	if (rc == -EOPNOTSUPP)
+		rc = 0;
+	reply_xattr(req, rc, buf, size);
+	free(buf);
+}
+
+void fs_wb_ops(struct fuse_lowlevel_ops *ops)
+{
+	*ops = fs_wt_ops;
+	ops->lookup = wb_lookup;
+	ops->getattr = wb_getattr;
+	ops->setattr = wb_setattr;
+	ops->readlink = wb_readlink;
+	ops->mknod = wb_mknod;
+	ops->mkdir = wb_mkdir;
+	ops->unlink = wb_unlink;
+	ops->rmdir = wb_rmdir;
+	ops->symlink = wb_symlink;
+	ops->rename = wb_rename;
+	ops->link = wb_link;
+	ops->open = wb_open;
+	ops->create = wb_create;
+	ops->read = wb_read;
+	ops->write_buf = wb_write_buf;
+	ops->flush = wb_flush;
+	ops->fsync = wb_fsync;
+	ops->fallocate = wb_fallocate;
+	ops->lseek = wb_lseek;
+	ops->copy_file_range = wb_copy_file_range;
+	ops->fsyncdir = wb_fsyncdir;
+	ops->statfs = wb_statfs;
+	ops->setxattr = wb_setxattr;
+	ops->getxattr = wb_getxattr;
+	ops->listxattr = wb_listxattr;
+	ops->removexattr = wb_removexattr;
+}
+
+/* --- the journal and the flusher ------------------------------------------ */
+
+/* mkdir -p of the journal's parents (0700 for the ones made here) */
+static int make_parents(const char *dir)
+{
+	char p[PATH_MAX];
+	char *s;
+
+	if (snprintf(p, sizeof(p), "%s", dir) >= (int)sizeof(p))
+		return -ENAMETOOLONG;
+	for (s = p + 1; (s = strchr(s, '/')); s++) {
+		*s = '\0';
+		if (mkdir(p, 0700) < 0 && errno != EEXIST)
+			return -errno;
+		*s = '/';
+	}
+	return 0;
+}
+
+int fs_wb_open(struct fs *fs, bool check_only)
+{
+	const struct fs_opts *o = fs->o;
+	struct jnl_config cfg = {
+		.chunk_size = o->chunk_size ? o->chunk_size : JNL_DEFAULT_CHUNK,
+		.remote_id = rmt_id(fs->rmt),
+		.max_bytes = o->journal_max,
+	};
+	int rc;
+
+	if (!fs->journal_dir) {
+		fs->journal_dir = o->journal ? strdup(o->journal)
+					     : fs_journal_default(cfg.remote_id);
+		if (!fs->journal_dir) {
+			fprintf(stderr, "ferryfs: no journal directory: give "
+					"-o journal=DIR\n");
+			return -EINVAL;
+		}
+	}
+	rc = make_parents(fs->journal_dir);
+	if (rc == 0)
+		rc = jnl_open(fs->journal_dir, &cfg, JNL_CREATE, &fs->jnl);
+	if (rc < 0) {
+		fprintf(stderr, "ferryfs: cannot open journal '%s': %s\n",
+			fs->journal_dir,
+			fs->jnl || rc == -ENAMETOOLONG ? strerror(-rc)
+						       : jnl_errmsg());
+		if (check_only)
+			return rc;
+		LOG_ERR("cannot open journal '%s': %s", fs->journal_dir,
+			jnl_errmsg());
+		return rc;
+	}
+	if (check_only) {
+		jnl_close(fs->jnl);
+		fs->jnl = NULL;
+		return 0;
+	}
+	return fs_itab_set_id(fs->itab, fs_itab_root(fs->itab), JNL_ROOT);
+}
+
+int fs_wb_start(struct fs *fs)
+{
+	const struct fs_opts *o = fs->o;
+	struct jnl_flush_config cfg = {
+		.remote_spec = o->remote,
+		.remote_opts = o->remote_opts,
+		.streams = o->streams,
+		.bwlimit = o->bwlimit,
+		.flags = o->verify ? JNL_FLUSH_VERIFY : 0,
+	};
+	struct jnl_stats st;
+	int rc = jnl_flusher_start(fs->jnl, &cfg, &fs->fl);
+
+	if (rc < 0) {
+		LOG_ERR("cannot start the flush to '%s': %s", o->remote,
+			strerror(-rc));
+		return rc;
+	}
+	if (jnl_stats(fs->jnl, &st) == 0 && (st.dirty_bytes || st.pending_ops))
+		LOG_INFO("journal '%s': %llu bytes and %llu operations from "
+			 "before are being flushed",
+			 fs->journal_dir, (unsigned long long)st.dirty_bytes,
+			 (unsigned long long)st.pending_ops);
+	return 0;
+}
+
+void fs_wb_stop(struct fs *fs)
+{
+	struct jnl_stats st;
+
+	if (!fs->jnl)
+		return;
+	jnl_flusher_stop(fs->fl);
+	fs->fl = NULL;
+	if (jnl_sync(fs->jnl) == 0 && jnl_stats(fs->jnl, &st) == 0 &&
+	    (st.dirty_bytes || st.inflight_bytes || st.pending_ops))
+		LOG_WARN("unmounted with %llu bytes and %llu operations not "
+			 "on '%s' yet: they stay in the journal '%s' and are "
+			 "flushed at the next mount",
+			 (unsigned long long)(st.dirty_bytes +
+					      st.inflight_bytes),
+			 (unsigned long long)st.pending_ops, fs->o->remote,
+			 fs->journal_dir);
+	jnl_close(fs->jnl);
+	fs->jnl = NULL;
+}
+
+static const char *stream_state(enum jnl_stream_state s)
+{
+	switch (s) {
+	case JNL_STREAM_IDLE:
+		return "idle";
+	case JNL_STREAM_FLUSHING:
+		return "flushing";
+	case JNL_STREAM_BACKOFF:
+		return "backoff";
+	case JNL_STREAM_PAUSED:
+		return "paused";
+	case JNL_STREAM_STOPPED:
+		return "stopped";
+	}
+	return "?";
+}
+
+/* The status reply of `ferryfs status` (JSON, one line). */
+static int wb_status(struct fs *fs, char *reply, size_t size)
+{
+	struct jnl_flush_stats *fst = calloc(1, sizeof(*fst));
+	struct rmt_counters rc;
+	struct jnl_stats st;
+	struct timespec now;
+	unsigned long long pending;
+	size_t pos;
+	unsigned int i;
+	bool drained;
+
+	if (!fst)
+		return -ENOMEM;
+	jnl_stats(fs->jnl, &st);
+	jnl_flusher_stats(fs->fl, fst);
+	drained = jnl_flusher_wait(fs->fl, 0) == 0;
+	rmt_counters(fs->rmt, &rc);
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	pending = st.dirty_bytes + st.inflight_bytes;
+	pos = (size_t)snprintf(
+		reply, size,
+		"{\"ok\": true, \"mountpoint\": \"%s\", \"remote\": \"%s\", "
+		"\"mode\": \"write-back\", \"journal\": \"%s\", "
+		"\"paused\": %s, \"drained\": %s, \"failed\": %d, "
+		"\"pending_bytes\": %llu, \"pending_files\": %llu, "
+		"\"pending_ops\": %llu, \"uncommitted\": %llu, "
+		"\"staging_bytes\": %llu, \"rate_bps\": %llu, "
+		"\"eta_s\": %lld, \"retries\": %llu, \"errors\": %llu, "
+		"\"failed_ops\": %llu, \"parked\": %llu, \"conflicts\": 0, "
+		"\"resent_bytes\": %llu, \"flushed_bytes\": %llu, "
+		"\"write_waits\": %llu, "
+		"\"remote_bytes_read\": %llu, \"remote_bytes_written\": %llu, "
+		"\"remote_ops\": %llu, \"uptime_s\": %lld, \"streams\": [",
+		fs->mnt_abs, rmt_id(fs->rmt), fs->journal_dir,
+		fst->paused ? "true" : "false", drained ? "true" : "false",
+		fst->failed, pending, (unsigned long long)st.dirty_nodes,
+		(unsigned long long)st.pending_ops,
+		(unsigned long long)st.uncommitted,
+		(unsigned long long)st.staging_bytes,
+		(unsigned long long)fst->rate_bps,
+		fst->rate_bps ? (long long)(pending / fst->rate_bps) : -1LL,
+		(unsigned long long)fst->retries,
+		(unsigned long long)fst->errors,
+		(unsigned long long)fst->failed_ops,
+		(unsigned long long)fst->parked,
+		(unsigned long long)st.resent_bytes,
+		(unsigned long long)fst->bytes,
+		(unsigned long long)st.write_waits,
+		(unsigned long long)rc.bytes_read,
+		(unsigned long long)(rc.bytes_written +
+				     fst->remote_bytes_written),
+		(unsigned long long)rc.ops,
+		(long long)(now.tv_sec - fs->started.tv_sec));
+	for (i = 0; i < fst->streams && pos < size; i++) {
+		const struct jnl_stream_stats *s = &fst->stream[i];
+
+		pos += (size_t)snprintf(
+			reply + pos, size - pos,
+			"%s{\"state\": \"%s\", \"rate_bps\": %llu, "
+			"\"bytes\": %llu, \"chunks\": %llu, \"ops\": %llu, "
+			"\"errors\": %llu, \"retries\": %llu, "
+			"\"last_error\": \"%s\"}",
+			i ? ", " : "", stream_state(s->state),
+			(unsigned long long)s->rate_bps,
+			(unsigned long long)s->bytes,
+			(unsigned long long)s->chunks,
+			(unsigned long long)s->ops,
+			(unsigned long long)s->errors,
+			(unsigned long long)s->retries,
+			s->last_error ? strerror(-s->last_error) : "");
+	}
+	if (pos < size)
+		snprintf(reply + pos, size - pos, "]}");
+	free(fst);
+	return pos < size ? 0 : -ENOSPC;
+}
+
+int fs_wb_ctl(struct fs *fs, const char *cmd, char *reply, size_t size)
+{
+	struct jnl_stats st;
+
+	if (!strcmp(cmd, "status"))
+		return wb_status(fs, reply, size);
+	if (!strcmp(cmd, "flush") || !strcmp(cmd, "flush-wait")) {
+		int rc = jnl_sync(fs->jnl);
+
+		jnl_flusher_kick(fs->fl);
+		if (rc == 0 && !strcmp(cmd, "flush-wait"))
+			rc = jnl_flusher_wait(fs->fl, -1);
+		jnl_stats(fs->jnl, &st);
+		if (rc < 0)
+			snprintf(reply, size,
+				 "{\"ok\": false, \"error\": \"%s\"}",
+				 strerror(-rc));
+		else
+			snprintf(reply, size,
+				 "{\"ok\": true, \"pending_bytes\": %llu, "
+				 "\"pending_ops\": %llu}",
+				 (unsigned long long)(st.dirty_bytes +
+						      st.inflight_bytes),
+				 (unsigned long long)st.pending_ops);
+		return 0;
+	}
+	if (!strcmp(cmd, "pause") || !strcmp(cmd, "resume")) {
+		if (!strcmp(cmd, "pause"))
+			jnl_flusher_pause(fs->fl);
+		else
+			jnl_flusher_resume(fs->fl);
+		snprintf(reply, size, "{\"ok\": true}");
+		return 0;
+	}
+	snprintf(reply, size, "{\"ok\": false, \"error\": \"unknown command\"}");
+	return 0;
+}
