@@ -228,6 +228,8 @@ int fs_ctl_list(char mounts[][4096], int max);
 
 struct fs {
 	struct rmt *rmt;         /* immutable after start */
+	char *spec;              /* the remote as rmt_open() took it (a
+				    directory made absolute); immutable */
 	struct fs_itab *itab;    /* immutable after start */
 	const struct fs_opts *o; /* immutable */
 	bool is_root;            /* the daemon runs as uid 0 */

@@ -1377,7 +1377,15 @@ int fs_run(struct fuse_args *args, const struct fs_opts *o)
 	int rc, status = 1;
 
 	umask(0); /* the kernel already applied the caller's umask */
-	rc = rmt_open(o->remote, o->remote_opts, &fs.rmt);
+	/* a directory given relative: absolute now, since the flusher opens
+	 * its own connections after daemonize's chdir("/") */
+	if (!strstr(o->remote, "://"))
+		fs.spec = realpath(o->remote, NULL);
+	if (!fs.spec)
+		fs.spec = strdup(o->remote);
+	if (!fs.spec)
+		return 1;
+	rc = rmt_open(fs.spec, o->remote_opts, &fs.rmt);
 	if (rc < 0) {
 		fprintf(stderr, "ferryfs: cannot open remote '%s': %s\n",
 			o->remote, strerror(-rc));
@@ -1476,5 +1484,6 @@ out_itab:
 	fs_itab_free(fs.itab);
 out_rmt:
 	rmt_close(fs.rmt);
+	free(fs.spec);
 	return status;
 }

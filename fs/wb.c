@@ -1696,7 +1696,7 @@ int fs_wb_start(struct fs *fs)
 {
 	const struct fs_opts *o = fs->o;
 	struct jnl_flush_config cfg = {
-		.remote_spec = o->remote,
+		.remote_spec = fs->spec,
 		.remote_opts = o->remote_opts,
 		.streams = o->streams,
 		.bwlimit = o->bwlimit,
@@ -1706,7 +1706,7 @@ int fs_wb_start(struct fs *fs)
 	int rc = jnl_flusher_start(fs->jnl, &cfg, &fs->fl);
 
 	if (rc < 0) {
-		LOG_ERR("cannot start the flush to '%s': %s", o->remote,
+		LOG_ERR("cannot start the flush to '%s': %s", fs->spec,
 			strerror(-rc));
 		return rc;
 	}

@@ -140,8 +140,13 @@ unmount() {
 		umount -l "$1"
 }
 
+# the mounts here use the default journal (/var/lib/ferryfs/journal/ID):
+# the ones this run made are removed at the end
+JOURNALS=/var/lib/ferryfs/journal
+journals_before=$(ls "$JOURNALS" 2>/dev/null)
+
 cleanup() {
-	local m p
+	local m p j
 	cd /
 	awk -v t="$T/" 'index($5, t) == 1 { print $5 }' /proc/self/mountinfo |
 		while read -r m; do
@@ -151,6 +156,9 @@ cleanup() {
 		[ "$(readlink "$p/exe" 2>/dev/null)" = "$FERRYFS" ] || continue
 		tr '\0' '\n' <"$p/cmdline" | grep -qF -- "$T/" &&
 			kill -KILL "${p#/proc/}" 2>/dev/null
+	done
+	for j in $(ls "$JOURNALS" 2>/dev/null); do
+		grep -qxF "$j" <<<"$journals_before" || rm -rf "${JOURNALS:?}/$j"
 	done
 	if awk -v t="$T/" 'index($5, t) == 1 { f = 1 } END { exit !f }' \
 		/proc/self/mountinfo; then
@@ -250,11 +258,23 @@ bad_mount "unknown -o bogus_opt" "bogus_opt" mount "$R" "$M" -o bogus_opt
 
 # ---- mount and unmount ------------------------------------------------------
 
+# remote_has FILE TEXT: FILE holds TEXT within 10 s (write-back: the
+# flusher takes it there in the background; a mount through /dev/fd has
+# no control socket for a `ferryfs flush`)
+remote_has() {
+	local i
+	for i in $(seq 1 100); do
+		[ "$(cat "$1" 2>/dev/null)" = "$2" ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
 # round_trip NAME: a file written through $M lands in $R, and back
 round_trip() {
 	local name=$1 f=probe-$k
 	if echo "written via $name" >"$M/$f" 2>"$T/rt.err" &&
-		[ "$(cat "$R/$f" 2>/dev/null)" = "written via $name" ] &&
+		remote_has "$R/$f" "written via $name" &&
 		echo "written on the remote" >"$R/$f.back" &&
 		[ "$(cat "$M/$f.back" 2>/dev/null)" = "written on the remote" ]; then
 		ok "$name: files go through to the remote and back"
@@ -383,7 +403,7 @@ ns_cases() {
 
 if unshare --mount --propagation private true 2>/dev/null; then
 	export -f ok notok check show is_mounted fstype_of wait_mounted \
-		daemon_pids wait_gone unmount new_pair run lines_of round_trip \
+		daemon_pids wait_gone unmount new_pair run lines_of round_trip remote_has \
 		mount_way ns_cases
 	export FERRYFS T OUT ERR n npass nfail k
 	unshare --mount --propagation private -- bash -c \
