@@ -244,6 +244,9 @@ struct fs {
 	struct jnl *jnl;
 	struct jnl_flusher *fl;
 	char *journal_dir;
+	/* bytes of chunks in flight at the last crash, found by the first
+	 * of the two opens of fs_run() (jnl_stats.resent_bytes) */
+	unsigned long long resent_bytes;
 };
 
 /* The remote path of @n (+ "/@name"), PATH_MAX bytes: fs_itab_path() in

@@ -1685,6 +1685,11 @@ int fs_wb_open(struct fs *fs, bool check_only)
 		return rc;
 	}
 	if (check_only) {
+		struct jnl_stats st;
+
+		/* this open did the recovery: keep what it found to resend */
+		if (jnl_stats(fs->jnl, &st) == 0)
+			fs->resent_bytes = st.resent_bytes;
 		jnl_close(fs->jnl);
 		fs->jnl = NULL;
 		return 0;
@@ -1802,7 +1807,7 @@ static int wb_status(struct fs *fs, char *reply, size_t size)
 		(unsigned long long)fst->errors,
 		(unsigned long long)fst->failed_ops,
 		(unsigned long long)fst->parked,
-		(unsigned long long)st.resent_bytes,
+		(unsigned long long)(st.resent_bytes + fs->resent_bytes),
 		(unsigned long long)fst->bytes,
 		(unsigned long long)st.write_waits,
 		(unsigned long long)rc.bytes_read,

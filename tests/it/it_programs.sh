@@ -224,10 +224,20 @@ rsync_one_change() {
 		grep -q '^>f.* a/b/c/deep.txt$' "$W/rsync.1"
 }
 
+rsync_remote_itemize() {
+	rsync -a --dry-run --itemize-changes "$W/src/" "$REMOTE/r/" >"$W/rsync.ri"
+	empty_file "$W/rsync.ri"
+}
+
 check "rsync -a into the mount" rsync_first
 check "rsync: diff -r against the source" diff_tree "$MNT/r"
 check "rsync: listing equal on REMOTE" \
 	same_output listing "$W/src" -- listing "$REMOTE/r"
+check "rsync: diff -r on REMOTE against the source" diff_tree "$REMOTE/r"
+# the flush left the application's times and modes on the share: rsync
+# straight to REMOTE finds nothing to do (issue 3)
+check "rsync -a --itemize-changes SRC/ REMOTE/r/: nothing to do" \
+	rsync_remote_itemize
 check "rsync again with --itemize-changes: nothing to do" rsync_itemize
 check "rsync again with -i: nothing to do" rsync_i
 check "rsync again with --stats: 0 files transferred" rsync_stats

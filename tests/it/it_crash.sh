@@ -1,0 +1,191 @@
+#!/bin/bash
+# it_crash.sh FERRYFS [ROUNDS] - kill -9 of the daemon at random moments
+# (issue 3, "Crash test"). As root, registered with ctest (label "mount").
+#
+# A share (a directory, throttled to 4 MB/s per stream so the flush is
+# always behind), one journal, ROUNDS (default 20) rounds of:
+#   1. mount (-o journal=J,streams=4,chunk_size=1Mi, the daemon in the
+#      foreground, our child); check from `ferryfs status --json` that the
+#      bytes re-sent after the previous crash are <= streams x chunk size;
+#   2. a writer copies a mix of large (1-4 MiB) and small (1-64 KiB)
+#      files into round-N/, each written, fsync()ed, closed, and only then
+#      recorded in $T/synced (on local disk, fsync()ed too);
+#   3. after a random 0.05-1.5 s, kill -9 of the daemon (the writer then
+#      fails: ENOTCONN), fusermount3 -u of the dead mount.
+# Then a last mount, `ferryfs flush --wait`, and every file in $T/synced
+# must be on the share with the SHA-256 of its source. Files written but
+# not fsynced before a crash may be anything (whole, short or missing):
+# they are not checked, but the flush must not stall on them.
+#
+# Exit 0 if every check passed, 1 if not, 77 without root or /dev/fuse.
+set -u
+
+FERRYFS=${1:?usage: it_crash.sh FERRYFS [ROUNDS]}
+ROUNDS=${2:-20}
+STREAMS=4
+CHUNK=$((1 << 20))
+
+if [ "$(id -u)" != 0 ] || [ ! -c /dev/fuse ] ||
+	! command -v fusermount3 >/dev/null; then
+	echo "it_crash: skip: needs root, /dev/fuse and fusermount3"
+	exit 77
+fi
+FERRYFS=$(readlink -f "$FERRYFS")
+T=$(mktemp -d /tmp/ferryfs-crash.XXXXXX) || exit 1
+R=$T/remote M=$T/mnt J=$T/journal S=$T/src
+mkdir -p "$R" "$M" "$S"
+: >"$T/synced"
+OPTS="-o journal=$J,streams=$STREAMS,chunk_size=1Mi,remote_stream_rate=4M"
+DPID=
+WPID=
+pass=0
+fail=0
+
+ok() { pass=$((pass + 1)); echo "ok $((pass + fail)) - $1"; }
+bad() { fail=$((fail + 1)); echo "not ok $((pass + fail)) - $1: $2"; }
+
+is_mounted() {
+	awk -v m="$M" '$5 == m { f = 1 } END { exit !f }' /proc/self/mountinfo
+}
+
+cleanup() {
+	[ -n "$WPID" ] && kill -KILL "$WPID" 2>/dev/null
+	[ -n "$DPID" ] && kill -KILL "$DPID" 2>/dev/null
+	wait 2>/dev/null
+	is_mounted && { fusermount3 -u "$M" 2>/dev/null || fusermount3 -uz "$M"; }
+	if [ "$fail" = 0 ]; then
+		rm -rf "$T"
+	else
+		echo "# kept $T (daemon logs in $T/daemon.*.log)"
+	fi
+}
+trap cleanup EXIT
+
+mount_it() { # mount_it TAG
+	"$FERRYFS" mount "$R" "$M" -f $OPTS >"$T/daemon.$1.log" 2>&1 &
+	DPID=$!
+	for _ in $(seq 1 100); do
+		is_mounted && return 0
+		kill -0 "$DPID" 2>/dev/null || break
+		sleep 0.05
+	done
+	return 1
+}
+
+json_field() { # json_field JSON KEY
+	python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"
+}
+
+# the source files: a mix of sizes, random content
+python3 - "$S" <<'EOF'
+import os, random, sys
+random.seed(7)
+d = sys.argv[1]
+for i in range(6):
+    with open(f"{d}/big{i}", "wb") as f:
+        f.write(os.urandom(random.randint(1 << 20, 4 << 20)))
+for i in range(40):
+    with open(f"{d}/small{i}", "wb") as f:
+        f.write(os.urandom(random.randint(1, 64 << 10)))
+EOF
+
+# the writer: copies files in a random order into DST, fsync()s each and
+# records it as synced only after that returned
+cat >"$T/writer.py" <<'EOF'
+import os, random, sys
+src, dst, synced, seed = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+random.seed(seed)
+names = sorted(os.listdir(src))
+random.shuffle(names)
+os.makedirs(dst, exist_ok=True)
+log = os.open(synced, os.O_WRONLY | os.O_APPEND)
+for n in names:
+    fd = os.open(os.path.join(dst, n), os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    with open(os.path.join(src, n), "rb") as f:
+        while True:
+            b = f.read(1 << 20)
+            if not b:
+                break
+            os.write(fd, b)
+    os.fsync(fd)
+    os.close(fd)
+    os.write(log, f"{dst}/{n} {src}/{n}\n".encode())
+    os.fsync(log)
+EOF
+
+for round in $(seq 1 "$ROUNDS"); do
+	if ! mount_it "$round"; then
+		bad "round $round: mount" "$(tail -3 "$T/daemon.$round.log")"
+		break
+	fi
+	json=$("$FERRYFS" status "$M" --json 2>&1)
+	resent=$(json_field "$json" resent_bytes 2>/dev/null)
+	if [ -n "$resent" ] && [ "$resent" -le $((STREAMS * CHUNK)) ]; then
+		ok "round $round: re-sent after the last crash: $resent bytes <= $STREAMS x $CHUNK"
+	else
+		bad "round $round: re-sent after the last crash <= $STREAMS x $CHUNK" "$json"
+	fi
+	python3 "$T/writer.py" "$S" "$M/round-$round" "$T/synced" "$round" \
+		2>/dev/null &
+	WPID=$!
+	sleep "$(python3 -c "import random; print(round(random.uniform(0.05, 1.5), 2))")"
+	kill -KILL "$DPID"
+	wait "$DPID" 2>/dev/null
+	DPID=
+	kill -KILL "$WPID" 2>/dev/null
+	wait "$WPID" 2>/dev/null
+	WPID=
+	fusermount3 -u "$M" 2>/dev/null || fusermount3 -uz "$M"
+done
+
+echo "# $(wc -l <"$T/synced") files were fsynced before a crash"
+if mount_it final; then
+	if timeout 600 "$FERRYFS" flush "$M" --wait >/dev/null 2>&1; then
+		ok "after the crashes: flush --wait completes"
+	else
+		bad "after the crashes: flush --wait completes" "$("$FERRYFS" status "$M" 2>&1)"
+	fi
+	json=$("$FERRYFS" status "$M" --json 2>&1)
+	resent=$(json_field "$json" resent_bytes 2>/dev/null)
+	[ -n "$resent" ] && [ "$resent" -le $((STREAMS * CHUNK)) ] &&
+		ok "final mount: re-sent $resent bytes <= $STREAMS x $CHUNK" ||
+		bad "final mount: re-sent <= $STREAMS x $CHUNK" "$json"
+else
+	bad "final mount" "$(tail -3 "$T/daemon.final.log")"
+fi
+
+# every fsynced file on the share, byte for byte (SHA-256)
+nsynced=0
+nbad=0
+while read -r dst src; do
+	nsynced=$((nsynced + 1))
+	rel=${dst#"$M"/}
+	a=$(sha256sum <"$src" | cut -d' ' -f1)
+	b=$(sha256sum <"$R/$rel" 2>/dev/null | cut -d' ' -f1)
+	if [ "$a" != "$b" ]; then
+		nbad=$((nbad + 1))
+		[ "$nbad" -le 5 ] && echo "# $rel: sha256 ${b:-missing} want $a"
+	fi
+done <"$T/synced"
+if [ "$nsynced" -gt 0 ] && [ "$nbad" = 0 ]; then
+	ok "all $nsynced fsynced files are on the share with their SHA-256"
+else
+	bad "fsynced files on the share with their SHA-256" "$nbad of $nsynced differ"
+fi
+# and through the mount
+nbad=0
+while read -r dst src; do
+	cmp -s "$src" "$dst" || nbad=$((nbad + 1))
+done <"$T/synced"
+[ "$nbad" = 0 ] && ok "and the same through the mount" ||
+	bad "fsynced files through the mount" "$nbad differ"
+st=$(getfattr --absolute-names --only-values -n user.ferryfs.state \
+	"$(head -1 "$T/synced" | cut -d' ' -f1)" 2>&1)
+[ "$st" = clean ] && ok "user.ferryfs.state of a flushed file: clean" ||
+	bad "user.ferryfs.state of a flushed file: clean" "$st"
+
+fusermount3 -u "$M"
+wait "$DPID" 2>/dev/null
+DPID=
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]
