@@ -247,6 +247,9 @@ struct fs {
 	/* bytes of chunks in flight at the last crash, found by the first
 	 * of the two opens of fs_run() (jnl_stats.resent_bytes) */
 	unsigned long long resent_bytes;
+	/* the root's last attributes from the share */
+	pthread_mutex_t root_lock;
+	struct stat root_st; /* protected by root_lock */
 };
 
 /* The remote path of @n (+ "/@name"), PATH_MAX bytes: fs_itab_path() in

@@ -1369,7 +1369,8 @@ static void set_readahead(const char *mnt)
 
 int fs_run(struct fuse_args *args, const struct fs_opts *o)
 {
-	struct fs fs = { .o = o, .is_root = geteuid() == 0 };
+	struct fs fs = { .o = o, .is_root = geteuid() == 0,
+			 .root_lock = PTHREAD_MUTEX_INITIALIZER };
 	struct fuse_lowlevel_ops ops = fs_wt_ops;
 	struct fuse_loop_config *cfg = NULL;
 	struct fuse_session *se;

@@ -239,6 +239,29 @@ struct found {
 	struct stat st;    /* the node's (node_to_stat) or the remote's */
 };
 
+/* The share did not answer (as opposed to answering "no"). */
+static bool remote_down(int rc)
+{
+	return rc == -EIO || rc == -ETIMEDOUT || rc == -ECONNREFUSED ||
+	       rc == -ECONNRESET || rc == -EHOSTUNREACH ||
+	       rc == -ENETUNREACH || rc == -ENOTCONN || rc == -EPIPE ||
+	       rc == -ECONNABORTED;
+}
+
+/*
+ * While the share does not answer, a directory created through the mount
+ * (not imported: no remote identity) is taken to hold only what the
+ * journal has, so work in it goes on. Another writer of the share adding
+ * a name there meanwhile is not seen until the share answers again.
+ */
+static bool created_here(struct fs *fs, jnl_id id)
+{
+	struct jnl_node nd;
+
+	return id != JNL_ROOT && jnl_node_get(fs->jnl, id, &nd) == 0 &&
+	       !nd.base_ino;
+}
+
 static int find_in(struct fs *fs, jnl_id pid, struct fs_inode *parent,
 		   const char *name, struct found *f)
 {
@@ -261,7 +284,10 @@ static int find_in(struct fs *fs, jnl_id pid, struct fs_inode *parent,
 	}
 	if (rc < 0)
 		return rc;
-	return rmt_stat(fs->rmt, path, &f->st);
+	rc = rmt_stat(fs->rmt, path, &f->st);
+	if (remote_down(rc) && pid && created_here(fs, pid))
+		rc = -ENOENT;
+	return rc;
 }
 
 static int find(struct fs *fs, struct fs_inode *parent, const char *name,
@@ -368,6 +394,8 @@ static int merged_empty(struct fs *fs, jnl_id id, const char *path)
 		path = rp;
 	}
 	rc = rmt_list(fs->rmt, path, &l);
+	if (remote_down(rc) && id && created_here(fs, id))
+		rc = 0; /* l is empty or partial: the journal answers */
 	for (i = 0; rc == 0 && i < l.n; i++) {
 		jnl_id cid;
 		bool whiteout = false;
@@ -438,7 +466,29 @@ static void wb_getattr(fuse_req_t req, fuse_ino_t ino,
 	struct stat st;
 	int rc;
 
-	if (!id || is_root(fs, n)) {
+	if (is_root(fs, n)) {
+		/* the share's root, or while the share does not answer the
+		 * last one it gave (the mount point stays usable) */
+		char path[PATH_MAX];
+
+		rc = fs_rpath(fs, n, NULL, path);
+		if (rc == 0)
+			rc = rmt_stat(fs->rmt, path, &st);
+		pthread_mutex_lock(&fs->root_lock);
+		if (rc == 0)
+			fs->root_st = st;
+		else if (remote_down(rc) && fs->root_st.st_ino) {
+			st = fs->root_st;
+			rc = 0;
+		}
+		pthread_mutex_unlock(&fs->root_lock);
+		if (rc < 0)
+			reply_err(req, rc);
+		else
+			fuse_reply_attr(req, &st, fs->o->attr_timeout);
+		return;
+	}
+	if (!id) {
 		fs_wt_ops.getattr(req, ino, fi);
 		return;
 	}
@@ -1333,10 +1383,15 @@ int fs_wb_dir_fill(struct fs *fs, struct fs_inode *n, struct rmt_listing *l,
 		rc = jnl_readdir(fs->jnl, id, scan_names, &s);
 		if (rc == 0)
 			rc = id_rpath(fs, id, NULL, path);
-		if (rc == 0)
+		if (rc == 0) {
 			rc = rmt_list(fs->rmt, path, &rl);
-		else if (rc == -ENOENT)
+			if (remote_down(rc) && created_here(fs, id)) {
+				rmt_listing_release(&rl);
+				rc = 0;
+			}
+		} else if (rc == -ENOENT) {
 			rc = 0; /* not on the remote: the journal's only */
+		}
 	}
 	/* the remote's names the journal does not know (names[] is sorted
 	 * in byte order: jnl_readdir) */
@@ -1523,6 +1578,10 @@ static void wb_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	rc = is_local(fs, id) ? -ENODATA : xattr_path(fs, id, path);
 	if (rc == 0)
 		rc = rmt_removexattr(fs->rmt, path, name);
+	/* a share without ACLs has none to remove (the access ACL of mode
+	 * bits only is kept as the mode: wb_setxattr) */
+	if (rc == -EOPNOTSUPP && !strncmp(name, "system.posix_acl_", 17))
+		rc = -ENODATA;
 	fuse_reply_err(req, -rc);
 }
 

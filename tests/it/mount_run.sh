@@ -9,7 +9,8 @@
 #   $T/mnt      the mount point
 #   $T/daemon.log  the daemon's stdout+stderr (printed if anything failed)
 #
-# CMD sees MNT, REMOTE and FERRYFS in its environment, and in write-back
+# CMD sees MNT, REMOTE, FERRYFS and FERRYFS_T (= $T; "@T@" in FERRYFS_OPTS
+# is replaced by it) in its environment, and in write-back
 # mode (unless FERRYFS_OPTS has writeback=off) IT_REMOTE_SYNC, a command
 # that flushes the mount to REMOTE. The journal is $T/journal unless
 # FERRYFS_OPTS names one. FERRYFS_OPTS (word
@@ -164,6 +165,10 @@ trap 'status=143; exit' TERM HUP
 
 debug=
 [ "${FERRYFS_DEBUG:-0}" = 1 ] && debug=-d
+# @T@ in FERRYFS_OPTS is this run's directory (CMD sees it as FERRYFS_T)
+FERRYFS_OPTS=${FERRYFS_OPTS:-}
+FERRYFS_OPTS=${FERRYFS_OPTS//@T@/$T}
+export FERRYFS_T=$T
 # write-back (the default): a journal of our own, and checks of REMOTE
 # first flush the mount (it_syscalls runs IT_REMOTE_SYNC before each)
 journal=
