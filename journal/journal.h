@@ -571,8 +571,9 @@ struct jnl_flush_config {
 	const char *remote_spec; /* rmt_open() spec; its rmt_id() must be
 				    jnl_remote_id() */
 	const char *remote_opts; /* rmt_open() options, may be NULL; each
-				    stream's connection gets them (so a
-				    remote_rate= there caps each stream) */
+				    stream's connection gets them (a
+				    remote_rate= there caps all streams
+				    together, remote_stream_rate= each) */
 	unsigned int streams;    /* 0 = JNL_FLUSH_STREAMS_DEFAULT */
 	uint64_t bwlimit;        /* chunk bytes/s of all streams together,
 				    0 = no limit (the flusher's own token

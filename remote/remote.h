@@ -99,9 +99,10 @@ typedef int (*rmt_dirent_fn)(const char *name, const struct stat *st,
  *   connections=N            a driver without RMT_CAP_THREADSAFE gets N
  *                            connections (1..64, default 4), one per
  *                            stream; ignored for the others
- *   remote_rate=RATE         all data through this struct rmt (bytes read,
- *                            written and copied), all threads together,
- *                            is capped at RATE bytes/s
+ *   remote_rate=RATE         all data to and from the share (bytes read,
+ *                            written and copied), all threads and all
+ *                            connections of this process with the same
+ *                            RATE together, is capped at RATE bytes/s
  *   remote_stream_rate=RATE  each stream is capped at RATE; a stream is one
  *                            calling thread (the flusher runs one per thread)
  *   remote_latency=DURATION  every operation first waits DURATION

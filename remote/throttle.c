@@ -7,8 +7,12 @@
  * error paths exercised, without a network or a NAS. rmt_open() wraps the
  * share when its option string has any of (remote.h):
  *
- *   remote_rate=RATE         one token bucket shared by all threads caps all
- *                            data moved (read + written + copied) at RATE
+ *   remote_rate=RATE         one token bucket caps all data moved (read +
+ *                            written + copied) at RATE: shared by every
+ *                            thread AND every connection of this process to
+ *                            the same share with the same RATE (struct
+ *                            link), so the flusher's streams and the mount
+ *                            share one simulated link, as on a real NAS
  *   remote_stream_rate=RATE  a bucket per stream caps each at RATE: the
  *                            single-stream wall of a NAS. A STREAM IS ONE
  *                            CALLING THREAD (thread-local state, see
@@ -43,7 +47,7 @@
  * n/rate) with start = max(tat, now - BURST_NS) and sleeps to the end of
  * that booking (clock_nanosleep(TIMER_ABSTIME), ~0.1 ms accurate): the
  * bytes arrive when the link has carried them. Bookings of the shared
- * bucket are taken in arrival order under t->lock and slept outside it, so
+ * bucket are taken in arrival order under its lock and slept outside it, so
  * N threads get ~1/N each; a stream's own bucket needs no lock. A slice is
  * min(1 MiB, 10 ms at the lowest rate set), at least 4 KiB, so a long
  * transfer is smooth and threads interleave every few ms. BURST_NS is the
@@ -58,7 +62,8 @@
  *     copy) and no pread returns before take() booked what it read.
  *  3. t->rate, t->stream_rate, t->latency_ns, t->slice, t->fault, t->inner
  *     and t->id are set in rmt_throttle_wrap() and never change; only
- *     t->tat (under t->lock) and the thread-local streams[] do.
+ *     t->link->tat (under t->link->lock) and the thread-local streams[]
+ *     do.
  *  4. Paths reaching this file were checked by remote.c; this file hands
  *     them to the inner share through the public rmt_*() calls (checked
  *     again, counted in the inner's own counters, which nobody reads),
@@ -104,9 +109,66 @@ struct trmt {
 	size_t slice;         /* bytes per booking (take()) */
 	char *fault;          /* absolute path of the switch, or NULL */
 	atomic_bool warned;   /* an unknown errno name was logged once */
+	struct link *link;    /* the shared bucket of rate, or NULL */
+};
+
+/* The bucket of remote_rate: one per (share id, rate) in the process. */
+struct link {
+	char *id;             /* rmt_id() of the share; immutable */
+	uint64_t rate;        /* immutable */
+	unsigned int refs;    /* protected by links_lock */
+	struct link *next;    /* protected by links_lock */
 	pthread_mutex_t lock;
 	int64_t tat;          /* protected by lock: CLOCK_MONOTONIC ns */
 };
+
+static pthread_mutex_t links_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct link *links; /* protected by links_lock */
+
+static struct link *link_get(const char *id, uint64_t rate)
+{
+	struct link *l;
+
+	pthread_mutex_lock(&links_lock);
+	for (l = links; l; l = l->next)
+		if (l->rate == rate && !strcmp(l->id, id))
+			break;
+	if (!l) {
+		l = calloc(1, sizeof(*l));
+		if (l && !(l->id = strdup(id))) {
+			free(l);
+			l = NULL;
+		}
+		if (l) {
+			l->rate = rate;
+			pthread_mutex_init(&l->lock, NULL);
+			l->next = links;
+			links = l;
+		}
+	}
+	if (l)
+		l->refs++;
+	pthread_mutex_unlock(&links_lock);
+	return l;
+}
+
+static void link_put(struct link *l)
+{
+	struct link **p;
+
+	if (!l)
+		return;
+	pthread_mutex_lock(&links_lock);
+	if (--l->refs == 0) {
+		for (p = &links; *p != l; p = &(*p)->next)
+			;
+		*p = l->next;
+		pthread_mutex_destroy(&l->lock);
+		free(l->id);
+		free(l);
+	}
+	pthread_mutex_unlock(&links_lock);
+}
 
 struct tfile {
 	struct rmt_file base; /* first */
@@ -213,10 +275,11 @@ static void take(struct trmt *t, size_t n)
 	if (t->rate) {
 		int64_t end;
 
-		pthread_mutex_lock(&t->lock);
-		t->tat = max64(t->tat, now - BURST_NS) + cost_ns(n, t->rate);
-		end = t->tat;
-		pthread_mutex_unlock(&t->lock);
+		pthread_mutex_lock(&t->link->lock);
+		t->link->tat = max64(t->link->tat, now - BURST_NS) +
+			       cost_ns(n, t->rate);
+		end = t->link->tat;
+		pthread_mutex_unlock(&t->link->lock);
 		wake = max64(wake, end);
 	}
 	if (wake > now)
@@ -526,10 +589,12 @@ int rmt_throttle_wrap(struct rmt *inner, struct rmt_throttle_opts *o,
 		rc = -ENOMEM;
 		goto out_t;
 	}
-	rc = pthread_mutex_init(&t->lock, NULL);
-	if (rc) {
-		rc = -rc;
-		goto out_id;
+	if (o->rate) {
+		t->link = link_get(t->base.id, o->rate);
+		if (!t->link) {
+			rc = -ENOMEM;
+			goto out_id;
+		}
 	}
 	t->base.ops = &throttle_ops;
 	t->base.caps = rmt_caps(inner) & ~(unsigned int)RMT_CAP_FD;
@@ -562,7 +627,7 @@ static void throttle_close(struct rmt *r)
 	struct trmt *t = to_trmt(r);
 
 	rmt_close(t->inner);
-	pthread_mutex_destroy(&t->lock);
+	link_put(t->link);
 	free(t->fault);
 	free(t);
 }
