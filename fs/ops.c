@@ -1,14 +1,13 @@
 /*
  * ops.c - the FUSE low-level operations of ferryfs, and the daemon loop.
  *
- * Today every operation goes straight through to the remote (write-through);
- * the journal (journal/) will sit between these operations and remote/.
+ * Here every operation goes straight through to the remote (write-through).
  *
  * Names: the kernel speaks fuse_ino_t; an inode is a struct fs_inode pointer
  * (never persisted: the kernel forgets them all at unmount) and the root is
  * FUSE_ROOT_ID. Each operation turns its inode into a remote path with
- * fs_itab_path(); the remote interface is path based because NFS, SMB and the
- * agent are.
+ * fs_rpath() (fs_itab_path() here); the remote interface is path based
+ * because NFS, SMB and the agent are.
  *
  * Rules:
  *  1. An operation that changes an inode by path first checks that the path
@@ -35,37 +34,12 @@
  *     each direct write (write_direct_done()). The kernel then leaves
  *     clearing setuid/setgid on write to us (clear_suid()).
  *
- * Write-back over the journal (issue 3; journal/ and its flusher exist,
- * these operations do not use them yet). The plan, so the next change
- * fits what is here:
- *  W1. An inode gains a journal id (0 = a remote object the journal does
- *      not know). The table is keyed by remote (dev, ino) AND by journal id:
- *      an object imported into the journal keeps its struct fs_inode (one
- *      kernel inode per object: st_ino and hard links stay right); a node
- *      created here has only the id (st_ino = its id with the top bit set,
- *      never a remote number).
- *  W2. lookup(parent, name): a parent with an id asks jnl_lookup() first:
- *      an entry -> the node's attributes (jnl_node_get); a whiteout ->
- *      ENOENT; unknown -> the remote at jnl_node_rpath(parent)/name, or
- *      ENOENT at once under a LOCAL parent. A parent without an id asks the
- *      remote by path, as today. Nothing is imported by a lookup (an LMDB
- *      commit per name would cost more than the remote).
- *  W3. Every change imports what it names first, parents up to the root
- *      (jnl_node_import, one transaction per missing level; the table's
- *      links give the chain), then calls jnl_mkdir/create/.../setattr and
- *      answers from the node. rmdir and rename-over-a-directory check the
- *      merged emptiness: remote listing minus whiteouts plus journal
- *      entries.
- *  W4. readdir merges the remote listing of jnl_node_rpath(dir) with
- *      jnl_readdir(dir): whiteouts hide, entries add or replace.
- *  W5. Data of a node: writes go to jnl_write; -ENODATA means a partial
- *      chunk of an imported file: read that chunk from the remote,
- *      jnl_chunk_fill, write again. Reads take jnl_read's chunks and read
- *      the remote for the chunks it does not have. fsync = jnl_fsync_node
- *      (-o sync=remote: also wait for the flusher). O_TRUNC = setattr size.
- *  W6. user.ferryfs.state answers dirty/flushing/clean/error from the node
- *      and its chunks; ferryfs status from jnl_stats and the flusher's.
- *  W7. -o writeback=off keeps today's write-through path (the baseline).
+ * Write-back over the journal (the default) is fs/wb.c: its operation
+ * table starts from this one (fs_wt_ops) and replaces what the journal
+ * serves; it calls these write-through operations for the objects the
+ * journal does not know (at fs_rpath(), where the share has them now) and
+ * for the root's own attributes. -o writeback=off uses this table alone:
+ * the baseline.
  */
 #include <errno.h>
 #include <fcntl.h>

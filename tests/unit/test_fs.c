@@ -79,6 +79,53 @@ static void test_fs__lookup_builds_paths(void **state)
 	fs_itab_assert_sane(t);
 }
 
+/* write-back: paths are relative to the nearest inode the journal knows */
+static void test_fs__path_rel_stops_at_journal_id(void **state)
+{
+	struct fs_itab *t = *state;
+	struct fs_inode *root = fs_itab_root(t), *a, *b, *c, *parent;
+	struct stat sa = mkst(10, S_IFDIR), sb = mkst(11, S_IFDIR),
+		    sc = mkst(12, S_IFREG);
+	char buf[PATH_MAX], name[NAME_MAX + 1];
+	uint64_t base;
+
+	assert_rc_ok(fs_itab_lookup(t, root, "a", &sa, 1, &a));
+	assert_rc_ok(fs_itab_lookup(t, a, "b", &sb, 1, &b));
+	assert_rc_ok(fs_itab_lookup(t, b, "c", &sc, 1, &c));
+	/* no ids: from the root, base 0 */
+	assert_rc_ok(fs_itab_path_rel(t, c, NULL, buf, sizeof(buf), &base));
+	assert_string_equal(buf, "a/b/c");
+	assert_int_equal(base, 0);
+	/* the root and a known */
+	assert_rc_ok(fs_itab_set_id(t, root, 1));
+	assert_rc_ok(fs_itab_set_id(t, a, 42));
+	assert_int_equal(fs_itab_id(t, a), 42);
+	assert_rc_ok(fs_itab_path_rel(t, c, "x", buf, sizeof(buf), &base));
+	assert_string_equal(buf, "b/c/x");
+	assert_int_equal(base, 42);
+	/* an inode with an id is its own base */
+	assert_rc_ok(fs_itab_path_rel(t, a, NULL, buf, sizeof(buf), &base));
+	assert_string_equal(buf, "");
+	assert_int_equal(base, 42);
+	/* fs_itab_path ignores ids */
+	assert_path(t, c, NULL, "a/b/c");
+	/* an id is set once */
+	assert_rc_ok(fs_itab_set_id(t, a, 42));
+	assert_int_equal(fs_itab_set_id(t, a, 43), -ESTALE);
+	/* by key, only where none is set */
+	fs_itab_set_id_by_key(t, 7, 11, 50);
+	fs_itab_set_id_by_key(t, 7, 10, 51);
+	assert_int_equal(fs_itab_id(t, b), 50);
+	assert_int_equal(fs_itab_id(t, a), 42);
+	fs_itab_set_id_by_key(t, 7, 99, 52); /* unknown: nothing */
+	/* the first link, with a ref on the parent */
+	assert_rc_ok(fs_itab_first_link(t, c, &parent, name));
+	assert_ptr_equal(parent, b);
+	assert_string_equal(name, "c");
+	fs_itab_unref(t, parent);
+	fs_itab_assert_sane(t);
+}
+
 static void test_fs__forget_frees_child_then_parent(void **state)
 {
 	struct fs_itab *t = *state;
@@ -367,6 +414,59 @@ static void test_fs__opts_errors(void **state)
 	fs_opts_release(&o);
 }
 
+static void test_fs__opts_writeback(void **state)
+{
+	struct fuse_args args;
+	struct fs_opts o;
+	char err[256];
+
+	(void)state;
+	assert_rc_ok(parse(&args, &o, err, 3, "ferryfs", "/srv", "/mnt"));
+	assert_true(o.writeback);
+	assert_int_equal(o.streams, 4);
+	assert_false(o.sync_remote);
+	assert_null(o.journal);
+	fuse_opt_free_args(&args);
+	fs_opts_release(&o);
+	assert_rc_ok(parse(&args, &o, err, 5, "ferryfs", "/srv", "/mnt", "-o",
+			   "writeback=off,journal=/j,streams=8,chunk_size=1Mi,"
+			   "sync=remote,bwlimit=50M,journal_max=2Gi,"
+			   "verify=readback"));
+	assert_false(o.writeback);
+	assert_string_equal(o.journal, "/j");
+	assert_int_equal(o.streams, 8);
+	assert_int_equal(o.chunk_size, 1u << 20);
+	assert_true(o.sync_remote);
+	assert_true(o.verify);
+	assert_int_equal(o.bwlimit, 50000000);
+	assert_int_equal(o.journal_max, 2ull << 30);
+	fuse_opt_free_args(&args);
+	fs_opts_release(&o);
+	assert_int_equal(parse(&args, &o, err, 5, "ferryfs", "/srv", "/mnt",
+			       "-o", "writeback=maybe"),
+			 -EINVAL);
+	assert_non_null(strstr(err, "writeback"));
+	fuse_opt_free_args(&args);
+	fs_opts_release(&o);
+	assert_int_equal(parse(&args, &o, err, 5, "ferryfs", "/srv", "/mnt",
+			       "-o", "chunk_size=3M"),
+			 -EINVAL);
+	assert_non_null(strstr(err, "power of two"));
+	fuse_opt_free_args(&args);
+	fs_opts_release(&o);
+	assert_int_equal(parse(&args, &o, err, 5, "ferryfs", "/srv", "/mnt",
+			       "-o", "streams=0"),
+			 -EINVAL);
+	fuse_opt_free_args(&args);
+	fs_opts_release(&o);
+	assert_int_equal(parse(&args, &o, err, 5, "ferryfs", "/srv", "/mnt",
+			       "-o", "bwlimit=fast"),
+			 -EINVAL);
+	assert_non_null(strstr(err, "bwlimit"));
+	fuse_opt_free_args(&args);
+	fs_opts_release(&o);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -380,6 +480,8 @@ int main(void)
 		T(test_fs__many_inodes_grow_table),
 		T(test_fs__handles_pin_inode),
 		T(test_fs__keep_cache_close_to_open),
+		T(test_fs__path_rel_stops_at_journal_id),
+		cmocka_unit_test(test_fs__opts_writeback),
 		cmocka_unit_test(test_fs__opts_mount_verb_and_defaults),
 		cmocka_unit_test(test_fs__opts_fstab_form_and_flags),
 		cmocka_unit_test(test_fs__opts_remote_options_go_to_the_remote),
