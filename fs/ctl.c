@@ -9,15 +9,16 @@
  * so `ferryfs status MOUNTPOINT` finds it without asking the daemon.
  *
  * Protocol: the client connects, writes one command line ("status",
- * "flush", "flush-wait", "pause", "resume"), and reads one reply: a JSON
+ * "flush", "pause", "resume"), and reads one reply: a JSON
  * object and a newline, then the server closes. Every reply has "ok" (true
  * or false) and, when false, "error".
  *
  * Invariants:
  *  1. Only the daemon's owner and root get an answer (SO_PEERCRED); anyone
  *     else is closed on without a reply. The socket file is 0600 too.
- *  2. One thread serves the socket; the handler runs on it. A slow handler
- *     ("flush-wait") delays other clients, never the filesystem.
+ *  2. One thread serves the socket; the handler runs on it and answers at
+ *     once (`flush --wait` polls "status"): a slow handler would delay
+ *     other clients, never the filesystem.
  *  3. fs_ctl_stop() unlinks the socket file; a stale file from a crashed
  *     daemon is replaced at start (the device number is reused only after
  *     the old mount is gone).

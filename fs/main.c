@@ -2,7 +2,8 @@
  * main.c - the ferryfs command.
  *
  *   ferryfs [mount] REMOTE MOUNTPOINT [options]   run the daemon (fs_run)
- *   ferryfs status [MOUNTPOINT] [--json]           ask mounts (ctl.c)
+ *   ferryfs status [MOUNTPOINT|FILE] [--json]      ask mounts (ctl.c), or
+ *                                                  a file's state
  *   ferryfs flush MOUNTPOINT [--wait]
  *   ferryfs pause|resume MOUNTPOINT
  *
@@ -13,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/xattr.h>
+#include <unistd.h>
 
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
@@ -74,9 +77,31 @@ static void human_bytes(long long b, char *out, size_t size)
 	snprintf(out, size, i ? "%.1f %s" : "%.0f %s", v, unit[i]);
 }
 
+/* The streams of a status reply: "state rate" per stream, one line. */
+static void print_streams(const char *reply)
+{
+	const char *p = strstr(reply, "\"streams\": [");
+	char state[32], rate[32];
+	int i = 0;
+
+	if (!p)
+		return;
+	printf("  streams:");
+	while ((p = strstr(p, "{\"state\": \""))) {
+		json_str(p, "state", state, sizeof(state));
+		human_bytes(json_num(p, "rate_bps"), rate, sizeof(rate));
+		printf("%s %d %s %s/s", i ? "," : "", i, state, rate);
+		p++;
+		i++;
+	}
+	printf("%s\n", i ? "" : " none");
+}
+
 static void print_status(const char *reply)
 {
-	char mnt[4096], remote[4096], mode[64], pend[32], rd[32], wr[32];
+	char mnt[4096], remote[4096], mode[64], pend[32], rd[32], wr[32],
+		rate[32], resent[32];
+	long long eta = json_num(reply, "eta_s");
 
 	json_str(reply, "mountpoint", mnt, sizeof(mnt));
 	json_str(reply, "remote", remote, sizeof(remote));
@@ -88,6 +113,21 @@ static void print_status(const char *reply)
 	printf("  pending: %s in %lld files, %lld ops; paused: %s\n", pend,
 	       json_num(reply, "pending_files"), json_num(reply, "pending_ops"),
 	       strstr(reply, "\"paused\": true") ? "yes" : "no");
+	if (!strcmp(mode, "write-back")) {
+		human_bytes(json_num(reply, "rate_bps"), rate, sizeof(rate));
+		human_bytes(json_num(reply, "resent_bytes"), resent,
+			    sizeof(resent));
+		if (strstr(reply, "\"drained\": true"))
+			printf("  flush: everything is on the remote\n");
+		else if (eta >= 0)
+			printf("  flush: %s/s, about %lld s left\n", rate, eta);
+		else
+			printf("  flush: %s/s\n", rate);
+		print_streams(reply);
+		printf("  re-sent after the last crash: %s; operations given "
+		       "up: %lld\n",
+		       resent, json_num(reply, "failed_ops"));
+	}
 	printf("  errors: %lld, retries: %lld, conflicts: %lld\n",
 	       json_num(reply, "errors"), json_num(reply, "retries"),
 	       json_num(reply, "conflicts"));
@@ -95,21 +135,110 @@ static void print_status(const char *reply)
 	       json_num(reply, "remote_ops"));
 }
 
+/* One line of progress, rewritten in place on a terminal. */
+static void print_progress(const char *reply)
+{
+	char pend[32], rate[32];
+	long long eta = json_num(reply, "eta_s");
+
+	human_bytes(json_num(reply, "pending_bytes"), pend, sizeof(pend));
+	human_bytes(json_num(reply, "rate_bps"), rate, sizeof(rate));
+	printf("\r\033[K  %s and %lld ops to go, %s/s", pend,
+	       json_num(reply, "pending_ops"), rate);
+	if (eta >= 0)
+		printf(", about %lld s left", eta);
+	fflush(stdout);
+}
+
+static int reach_err(const char *mnt, int rc)
+{
+	fprintf(stderr, "ferryfs: cannot reach the ferryfs mount at '%s': %s\n",
+		mnt,
+		rc == -ENOENT || rc == -ECONNREFUSED ? "not a ferryfs mount"
+						     : strerror(-rc));
+	return 1;
+}
+
+/*
+ * flush --wait: start the flush, then follow it (a progress line on a
+ * terminal) until everything is on the remote. Exit 0 only then; 1 if the
+ * journal failed or an operation was given up for good.
+ */
+static int flush_wait(const char *mnt)
+{
+	bool tty = isatty(STDOUT_FILENO);
+	char reply[8192], err[512];
+	int rc = fs_ctl_call(mnt, "flush", reply, sizeof(reply));
+
+	if (rc < 0)
+		return reach_err(mnt, rc);
+	for (;;) {
+		rc = fs_ctl_call(mnt, "status", reply, sizeof(reply));
+		if (rc < 0)
+			return reach_err(mnt, rc);
+		if (!json_ok(reply)) {
+			json_str(reply, "error", err, sizeof(err));
+			fprintf(stderr, "ferryfs: flush: %s\n", err);
+			return 1;
+		}
+		if (json_num(reply, "failed") != 0) {
+			fprintf(stderr, "%sferryfs: flush: the journal failed "
+					"(%s); see the log\n",
+				tty ? "\n" : "",
+				strerror((int)-json_num(reply, "failed")));
+			return 1;
+		}
+		if (strstr(reply, "\"drained\": true"))
+			break;
+		if (tty)
+			print_progress(reply);
+		usleep(tty ? 200000 : 20000);
+	}
+	if (tty)
+		printf("\r\033[K");
+	if (json_num(reply, "failed_ops") > 0) {
+		fprintf(stderr, "ferryfs: flush: %lld operations were refused "
+				"by the remote and given up (files in state "
+				"'error'; see the log)\n",
+			json_num(reply, "failed_ops"));
+		return 1;
+	}
+	printf("%s: everything is on the remote\n", mnt);
+	return 0;
+}
+
+/* status of a file inside a mount: its user.ferryfs.state */
+static int file_status(const char *path, bool json)
+{
+	char v[64];
+	ssize_t n = getxattr(path, "user.ferryfs.state", v, sizeof(v) - 1);
+
+	if (n < 0) {
+		fprintf(stderr, "ferryfs: status: '%s': %s\n", path,
+			errno == ENODATA || errno == ENOTSUP
+				? "not in a ferryfs mount"
+				: strerror(errno));
+		return 1;
+	}
+	v[n] = '\0';
+	if (json)
+		printf("{\"ok\": true, \"path\": \"%s\", \"state\": \"%s\"}\n",
+		       path, v);
+	else
+		printf("%s: %s\n", path, v);
+	return 0;
+}
+
 /* One command to one mount; prints the reply. Returns the exit status. */
 static int ask(const char *mnt, const char *cmd, bool json)
 {
 	char reply[8192], err[512];
 	int rc = fs_ctl_call(mnt, cmd, reply, sizeof(reply));
+	bool live = !json && !strcmp(cmd, "status") && isatty(STDOUT_FILENO);
+	int lines = 0;
 
-	if (rc < 0) {
-		fprintf(stderr, "ferryfs: cannot reach the ferryfs mount at "
-				"'%s': %s\n",
-			mnt,
-			rc == -ENOENT || rc == -ECONNREFUSED
-				? "not a ferryfs mount"
-				: strerror(-rc));
-		return 1;
-	}
+	if (rc < 0)
+		return reach_err(mnt, rc);
 	if (json) {
 		printf("%s\n", reply);
 		return json_ok(reply) ? 0 : 1;
@@ -119,15 +248,46 @@ static int ask(const char *mnt, const char *cmd, bool json)
 		fprintf(stderr, "ferryfs: %s: %s\n", cmd, err);
 		return 1;
 	}
-	if (!strcmp(cmd, "status"))
-		print_status(reply);
-	else if (!strncmp(cmd, "flush", 5))
+	if (!strcmp(cmd, "status")) {
+		/* on a terminal: live while the flush goes on */
+		for (;;) {
+			print_status(reply);
+			lines = 7;
+			if (!live || !strstr(reply, "\"mode\": \"write-back\"") ||
+			    strstr(reply, "\"drained\": true") ||
+			    strstr(reply, "\"paused\": true"))
+				break;
+			sleep(1);
+			if (fs_ctl_call(mnt, cmd, reply, sizeof(reply)) < 0 ||
+			    !json_ok(reply))
+				break;
+			printf("\033[%dA\033[J", lines);
+		}
+	} else if (!strncmp(cmd, "flush", 5)) {
 		printf("%s: %lld bytes and %lld operations pending\n", mnt,
 		       json_num(reply, "pending_bytes"),
 		       json_num(reply, "pending_ops"));
-	else
+	} else {
 		printf("%s: %sd\n", mnt, cmd);
+	}
 	return 0;
+}
+
+/* Is @path the mount point of a ferryfs mount this process sees? */
+static bool is_ferryfs_mount(const char *path)
+{
+	static char mounts[MAX_MOUNTS][4096];
+	char *abs = realpath(path, NULL);
+	int i, n;
+	bool found = false;
+
+	if (!abs)
+		return false;
+	n = fs_ctl_list(mounts, MAX_MOUNTS);
+	for (i = 0; i < n && !found; i++)
+		found = !strcmp(mounts[i], abs);
+	free(abs);
+	return found;
 }
 
 static int cli_ctl(int argc, char *argv[])
@@ -151,10 +311,12 @@ static int cli_ctl(int argc, char *argv[])
 			return 2;
 		}
 	}
+	if (mnt && !strcmp(verb, "flush") && wait)
+		return flush_wait(mnt);
+	if (mnt && !strcmp(verb, "status") && !is_ferryfs_mount(mnt))
+		return file_status(mnt, json);
 	if (mnt)
-		return ask(mnt, !strcmp(verb, "flush") && wait ? "flush-wait"
-							       : verb,
-			   json);
+		return ask(mnt, verb, json);
 	if (strcmp(verb, "status")) {
 		fprintf(stderr, "ferryfs: %s: missing MOUNTPOINT\n", verb);
 		return 2;

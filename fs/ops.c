@@ -1281,7 +1281,8 @@ static int ctl_handle(void *arg, const char *cmd, char *reply, size_t size)
 		snprintf(reply, size,
 			 "{\"ok\": true, \"mountpoint\": \"%s\", "
 			 "\"remote\": \"%s\", \"mode\": \"write-through\", "
-			 "\"paused\": false, \"pending_bytes\": 0, "
+			 "\"paused\": false, \"drained\": true, \"failed\": 0, "
+			 "\"failed_ops\": 0, \"pending_bytes\": 0, "
 			 "\"pending_files\": 0, \"pending_ops\": 0, "
 			 "\"streams\": [], \"retries\": 0, \"errors\": 0, "
 			 "\"conflicts\": 0, \"resent_bytes\": 0, "
@@ -1295,7 +1296,7 @@ static int ctl_handle(void *arg, const char *cmd, char *reply, size_t size)
 			 (long long)(now.tv_sec - fs->started.tv_sec));
 		return 0;
 	}
-	if (!strcmp(cmd, "flush") || !strcmp(cmd, "flush-wait")) {
+	if (!strcmp(cmd, "flush")) {
 		snprintf(reply, size,
 			 "{\"ok\": true, \"pending_bytes\": 0, "
 			 "\"pending_ops\": 0}");

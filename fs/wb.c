@@ -1904,12 +1904,10 @@ int fs_wb_ctl(struct fs *fs, const char *cmd, char *reply, size_t size)
 
 	if (!strcmp(cmd, "status"))
 		return wb_status(fs, reply, size);
-	if (!strcmp(cmd, "flush") || !strcmp(cmd, "flush-wait")) {
+	if (!strcmp(cmd, "flush")) { /* now; `flush --wait` then polls */
 		int rc = jnl_sync(fs->jnl);
 
 		jnl_flusher_kick(fs->fl);
-		if (rc == 0 && !strcmp(cmd, "flush-wait"))
-			rc = jnl_flusher_wait(fs->fl, -1);
 		jnl_stats(fs->jnl, &st);
 		if (rc < 0)
 			snprintf(reply, size,

@@ -43,10 +43,18 @@ fi
 v=$(getfattr --absolute-names --only-values -n user.ferryfs.state "$MNT/g" 2>&1)
 [ "$v" = dirty ] && ok "user.ferryfs.state is dirty while paused" ||
 	bad "user.ferryfs.state is dirty while paused" "$v"
+out=$("$FERRYFS" status "$MNT/g" 2>&1)
+[ "$out" = "$MNT/g: dirty" ] && ok "status FILE: dirty while paused" ||
+	bad "status FILE: dirty while paused" "$out"
+refuse "status of a file outside any mount" "$FERRYFS" status /etc/hostname
 check "resume" "$FERRYFS" resume "$MNT"
 check "flush --wait" "$FERRYFS" flush "$MNT" --wait
 [ "$(cat "$REMOTE/g" 2>/dev/null)" = paused ] && ok "after flush --wait the remote has it" ||
 	bad "after flush --wait the remote has it" "$(cat "$REMOTE/g" 2>&1)"
+out=$("$FERRYFS" status "$MNT/g" --json 2>&1)
+python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["state"] == "clean"' "$out" 2>/dev/null &&
+	ok "status FILE --json: clean after the flush" ||
+	bad "status FILE --json: clean after the flush" "$out"
 
 json=$("$FERRYFS" status "$MNT" --json 2>&1)
 if python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["ok"] and d["pending_bytes"] == 0 and d["pending_ops"] == 0 and d["drained"] and "remote_bytes_written" in d and "resent_bytes" in d' "$json" 2>/dev/null; then
