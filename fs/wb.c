@@ -1827,7 +1827,7 @@ static int wb_status(struct fs *fs, char *reply, size_t size)
 	struct rmt_counters rc;
 	struct jnl_stats st;
 	struct timespec now;
-	unsigned long long pending;
+	unsigned long long pending, flush_read = 0;
 	size_t pos;
 	unsigned int i;
 	bool drained;
@@ -1836,6 +1836,8 @@ static int wb_status(struct fs *fs, char *reply, size_t size)
 		return -ENOMEM;
 	jnl_stats(fs->jnl, &st);
 	jnl_flusher_stats(fs->fl, fst);
+	for (i = 0; i < fst->streams; i++)
+		flush_read += fst->stream[i].remote_bytes_read;
 	drained = jnl_flusher_wait(fs->fl, 0) == 0;
 	rmt_counters(fs->rmt, &rc);
 	clock_gettime(CLOCK_MONOTONIC, &now);
@@ -1869,7 +1871,7 @@ static int wb_status(struct fs *fs, char *reply, size_t size)
 		(unsigned long long)(st.resent_bytes + fs->resent_bytes),
 		(unsigned long long)fst->bytes,
 		(unsigned long long)st.write_waits,
-		(unsigned long long)rc.bytes_read,
+		(unsigned long long)rc.bytes_read + flush_read,
 		(unsigned long long)(rc.bytes_written +
 				     fst->remote_bytes_written),
 		(unsigned long long)rc.ops,
