@@ -918,7 +918,8 @@ static void wb_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 
 	if (rc == -EEXIST && !(fi->flags & O_EXCL)) {
 		/* it appeared since the kernel's lookup: open it */
-		rc = import_found(fs, pid, name, &f);
+		rc = S_ISDIR(f.st.st_mode) ? -EISDIR
+					   : import_found(fs, pid, name, &f);
 		id = f.id;
 		if (rc == 0 && (fi->flags & O_TRUNC)) {
 			a.size = 0;
@@ -1002,12 +1003,15 @@ static void wb_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct fs *fs = fs_of(req);
 	struct fs_handle *h = handle_of(fi);
 	uint64_t cs = jnl_chunk_size(fs->jnl), c, first, last;
+	/* a reader that opened the file before the journal knew it reads
+	 * the journal's changes too, once there are any */
+	jnl_id id = h->id ? h->id : fs_itab_id(fs->itab, h->inode);
 	bool *have = NULL;
 	char *buf = NULL;
 	ssize_t n;
 	int rc = 0;
 
-	if (!h->id) {
+	if (!id) {
 		fs_wt_ops.read(req, ino, size, off, fi);
 		return;
 	}
@@ -1023,7 +1027,7 @@ static void wb_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		rc = -ENOMEM;
 		goto out;
 	}
-	n = jnl_read(fs->jnl, h->id, buf, size, off, have);
+	n = jnl_read(fs->jnl, id, buf, size, off, have);
 	if (n < 0) {
 		rc = (int)n;
 		goto out;
@@ -1308,7 +1312,10 @@ static void wb_copy_file_range(fuse_req_t req, fuse_ino_t ino_in,
 			       struct fuse_file_info *fi_out, size_t len,
 			       int flags)
 {
-	if (handle_of(fi_in)->id || handle_of(fi_out)->id) {
+	struct fs *fs = fs_of(req);
+
+	if (fs_itab_id(fs->itab, handle_of(fi_in)->inode) ||
+	    fs_itab_id(fs->itab, handle_of(fi_out)->inode)) {
 		/* the kernel copies through read and write instead */
 		fuse_reply_err(req, EOPNOTSUPP);
 		return;

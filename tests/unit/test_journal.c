@@ -732,6 +732,29 @@ static void test_journal__create_link_symlink_setattr(void **state)
 	assert_int_equal(nops(fx->j), 5);
 }
 
+/* After a link and the unlink of the first name, the node is at the new
+ * name on the remote (its data and later ops go there). */
+static void test_journal__link_ack_moves_the_remote_name(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_node n;
+	jnl_id f;
+
+	f = mk_file(fx->j, JNL_ROOT, "h1");
+	assert_rc_ok(jnl_sync(fx->j));
+	ack_everything(fx->j);
+	assert_rpath(fx->j, f, "h1");
+	assert_rc_ok(jnl_link(fx->j, f, JNL_ROOT, "h2"));
+	assert_rc_ok(jnl_unlink(fx->j, JNL_ROOT, "h1"));
+	assert_rc_ok(jnl_sync(fx->j));
+	ack_everything(fx->j);
+	assert_rpath(fx->j, f, "h2");
+	assert_rc_ok(jnl_node_get(fx->j, f, &n));
+	assert_int_equal(n.nlink, 1);
+	assert_false(n.flags & JNL_NODE_UNLINKED);
+	jnl_assert_sane(fx->j);
+}
+
 static void test_journal__rmdir_and_unlink_rules(void **state)
 {
 	struct fx *fx = *state;
@@ -2014,6 +2037,7 @@ int main(void)
 		T(test_journal__lookup_import_and_whiteout),
 		T(test_journal__names_are_checked),
 		T(test_journal__create_link_symlink_setattr),
+		T(test_journal__link_ack_moves_the_remote_name),
 		T(test_journal__rmdir_and_unlink_rules),
 		T(test_journal__rename_rules),
 		T(test_journal__unlink_cancels_pending_create),
