@@ -1365,6 +1365,7 @@ int fs_run(struct fuse_args *args, const struct fs_opts *o)
 	if (rc < 0) {
 		fprintf(stderr, "ferryfs: cannot open remote '%s': %s\n",
 			o->remote, strerror(-rc));
+		free(fs.spec);
 		return 1;
 	}
 	if (!(rmt_caps(fs.rmt) & RMT_CAP_THREADSAFE)) {
