@@ -973,9 +973,10 @@ static int handle_remote(struct fs *fs, struct fs_handle *h,
 	return rc;
 }
 
-/* Read [off, off+len) of the remote file; zeros past its end. */
-static int remote_read(struct fs *fs, struct fs_handle *h, char *buf,
-		       size_t len, off_t off)
+/* Read up to @len bytes at @off of the remote file (short only at its
+ * end). Returns the count or -errno. */
+static ssize_t remote_pread_all(struct fs *fs, struct fs_handle *h, char *buf,
+				size_t len, off_t off)
 {
 	struct rmt_file *f;
 	size_t got = 0;
@@ -992,9 +993,19 @@ static int remote_read(struct fs *fs, struct fs_handle *h, char *buf,
 		else
 			got += (size_t)n;
 	}
-	if (rc == 0)
-		memset(buf + got, 0, len - got);
-	return rc;
+	return rc < 0 ? rc : (ssize_t)got;
+}
+
+/* Read [off, off+len) of the remote file; zeros past its end. */
+static int remote_read(struct fs *fs, struct fs_handle *h, char *buf,
+		       size_t len, off_t off)
+{
+	ssize_t n = remote_pread_all(fs, h, buf, len, off);
+
+	if (n < 0)
+		return (int)n;
+	memset(buf + n, 0, len - (size_t)n);
+	return 0;
 }
 
 static void wb_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -1058,24 +1069,12 @@ out:
 static int fill_chunk(struct fs *fs, struct fs_handle *h, uint64_t c)
 {
 	uint64_t cs = jnl_chunk_size(fs->jnl);
-	struct rmt_file *f;
 	char *buf = malloc(cs);
-	size_t got = 0;
-	int rc = buf ? handle_remote(fs, h, &f) : -ENOMEM;
+	ssize_t got = buf ? remote_pread_all(fs, h, buf, cs, (off_t)(c * cs))
+			  : -ENOMEM;
+	int rc = got < 0 ? (int)got
+			 : jnl_chunk_fill(fs->jnl, h->id, c, buf, (size_t)got);
 
-	while (rc == 0 && got < cs) {
-		ssize_t n = rmt_file_pread(f, buf + got, cs - got,
-					   (off_t)(c * cs + got));
-
-		if (n < 0)
-			rc = (int)n;
-		else if (n == 0)
-			break;
-		else
-			got += (size_t)n;
-	}
-	if (rc == 0)
-		rc = jnl_chunk_fill(fs->jnl, h->id, c, buf, got);
 	free(buf);
 	return rc;
 }
