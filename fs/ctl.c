@@ -305,12 +305,20 @@ int fs_ctl_call(const char *mountpoint, const char *cmd, char *reply,
 	free(abs);
 	if (rc < 0)
 		return rc;
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+	/* the mount is there (ctl_path found it): a daemon just started
+	 * opens its socket right after the mount command returned, so give
+	 * it up to 2 s */
+	for (int i = 0;; i++) {
+		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return -errno;
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+			break;
 		rc = -errno;
-		goto out_close;
+		close(fd);
+		if ((rc != -ENOENT && rc != -ECONNREFUSED) || i == 40)
+			return rc;
+		usleep(50000);
 	}
 	snprintf(line, sizeof(line), "%s\n", cmd);
 	if (write(fd, line, strlen(line)) != (ssize_t)strlen(line)) {
