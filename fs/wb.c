@@ -191,6 +191,48 @@ static bool node_clean(const struct jnl_node *nd)
 	       !nd->pending_ops && !nd->unflushed && !nd->uncommitted;
 }
 
+static bool ts_eq(struct timespec a, struct timespec b)
+{
+	return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+
+/*
+ * node_stat() for what the kernel asks (lookup, getattr, open): a file
+ * with nothing pending is what the share has now, so another writer's
+ * change is seen (close-to-open, as for the objects the journal does not
+ * know): the share's attributes, taken into the journal when they differ
+ * (jnl_node_refresh()). A node with changes pending keeps the journal's.
+ * Directories keep the journal's attributes (their mtime moves with every
+ * entry the flush makes; a refresh would stall the writers each time).
+ */
+static int node_stat_fresh(struct fs *fs, jnl_id id, struct jnl_node *nd,
+			   struct stat *st)
+{
+	char path[PATH_MAX];
+	struct jnl_node tmp;
+	struct stat rs;
+	int rc;
+
+	if (!nd)
+		nd = &tmp;
+	rc = jnl_node_get(fs->jnl, id, nd);
+	if (rc < 0)
+		return rc;
+	if (S_ISREG(nd->mode) && node_clean(nd) &&
+	    id_rpath(fs, id, NULL, path) == 0 &&
+	    rmt_stat(fs->rmt, path, &rs) == 0 &&
+	    ((uint64_t)rs.st_size != nd->size || !ts_eq(rs.st_mtim, nd->mtime) ||
+	     rs.st_mode != nd->mode || rs.st_uid != nd->uid ||
+	     rs.st_gid != nd->gid) &&
+	    jnl_node_refresh(fs->jnl, id, &rs) == 0) {
+		rc = jnl_node_get(fs->jnl, id, nd);
+		if (rc < 0)
+			return rc;
+	}
+	node_to_stat(fs, nd, st);
+	return 0;
+}
+
 /*
  * The journal id of @n, importing it (and its parents) first if the
  * journal does not know it yet (rule 1).
@@ -274,7 +316,7 @@ static int find_in(struct fs *fs, jnl_id pid, struct fs_inode *parent,
 		rc = jnl_lookup(fs->jnl, pid, name, &f->id, &whiteout);
 		if (rc == 0) {
 			f->journal = true;
-			return node_stat(fs, f->id, &f->nd, &f->st);
+			return node_stat_fresh(fs, f->id, &f->nd, &f->st);
 		}
 		if (rc != -ENOENT || whiteout)
 			return rc;
@@ -492,7 +534,7 @@ static void wb_getattr(fuse_req_t req, fuse_ino_t ino,
 		fs_wt_ops.getattr(req, ino, fi);
 		return;
 	}
-	rc = node_stat(fs, id, NULL, &st);
+	rc = node_stat_fresh(fs, id, NULL, &st);
 	if (rc < 0)
 		reply_err(req, rc);
 	else
@@ -884,7 +926,7 @@ static void wb_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (!id)
 		rc = ensure_id(fs, n, &id);
 	if (rc == 0)
-		rc = node_stat(fs, id, NULL, &st);
+		rc = node_stat_fresh(fs, id, NULL, &st);
 	if (rc == 0 && (fi->flags & O_TRUNC) && st.st_size) {
 		struct jnl_node a = { .size = 0 };
 
@@ -899,6 +941,9 @@ static void wb_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	open_info(fs, h, n, &st, fi);
+	if (!fi->keep_cache) /* the share changed it: the kernel's size and
+				times go too (ops.c op_open) */
+		fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
 	if (fuse_reply_open(req, fi) != 0)
 		fs_handle_put(fs, h);
 }

@@ -1643,6 +1643,71 @@ out_free:
 	return rc == 1 ? 0 : rc;
 }
 
+int jnl_node_refresh(struct jnl *j, jnl_id id, const struct stat *st)
+{
+	struct jnl_nrec *n = malloc(sizeof(*n));
+	struct timespec ts;
+	struct jnl_wtx w;
+	int rc;
+
+	if (!n)
+		return -ENOMEM;
+	/* no mark between memory and LMDB, no writer meanwhile: as a clean */
+	pthread_mutex_lock(&j->commit_lock);
+	pthread_rwlock_wrlock(&j->rw);
+	pthread_mutex_lock(&j->lock);
+	rc = pend_has_node(j, id) ? -EBUSY : 0;
+	pthread_mutex_unlock(&j->lock);
+	if (rc)
+		goto out_unlock;
+	rc = jnl_wtx_begin(j, &w, false);
+	if (rc)
+		goto out_unlock;
+	rc = jnl_node_read(j, w.txn, id, n);
+	if (!rc && ((n->r.flags & (JNL_NODE_LOCAL | JNL_NODE_UNLINKED)) ||
+		    !n->r.rparent || n->r.unflushed || n->r.nops))
+		rc = -EBUSY;
+	if (!rc && S_ISREG(n->r.mode)) {
+		rc = has_chunks(j, w.txn, id);
+		rc = rc < 0 ? rc : rc ? -EBUSY : 0;
+	}
+	if (!rc && ((uint32_t)st->st_mode & S_IFMT) != (n->r.mode & S_IFMT))
+		rc = -ESTALE;
+	if (!rc && n->r.base_ino && (n->r.base_ino != (uint64_t)st->st_ino ||
+				     n->r.base_dev != (uint64_t)st->st_dev))
+		rc = -ESTALE;
+	if (rc) {
+		jnl_wtx_abort(&w);
+		goto out_unlock;
+	}
+	n->r.mode = (uint32_t)st->st_mode;
+	n->r.uid = (uint32_t)st->st_uid;
+	n->r.gid = (uint32_t)st->st_gid;
+	n->r.size = (uint64_t)st->st_size;
+	if (S_ISREG(st->st_mode))
+		n->r.rvalid = n->r.size;
+	n->r.nlink = st->st_nlink ? (uint64_t)st->st_nlink : 1;
+	ts = st->st_atim;
+	n->r.atime_sec = ts.tv_sec;
+	n->r.atime_nsec = (uint32_t)ts.tv_nsec;
+	ts = st->st_mtim;
+	n->r.mtime_sec = ts.tv_sec;
+	n->r.mtime_nsec = (uint32_t)ts.tv_nsec;
+	ts = st->st_ctim;
+	n->r.ctime_sec = ts.tv_sec;
+	n->r.ctime_nsec = (uint32_t)ts.tv_nsec;
+	rc = jnl_node_write(j, w.txn, id, n);
+	if (rc)
+		jnl_wtx_abort(&w);
+	else
+		rc = jnl_wtx_commit(&w);
+out_unlock:
+	pthread_rwlock_unlock(&j->rw);
+	pthread_mutex_unlock(&j->commit_lock);
+	free(n);
+	return rc;
+}
+
 /* --- giving staging back ------------------------------------------------ */
 
 /* Is chunk (id, idx) held: a record, or a mark? txn_lock held, commit_lock

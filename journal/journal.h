@@ -466,6 +466,17 @@ int jnl_node_rpath(struct jnl *j, jnl_id id, char *buf, size_t size);
  */
 int jnl_node_clean(struct jnl *j, jnl_id id);
 
+/*
+ * Another writer changed the remote object of a node that has nothing
+ * pending (not LOCAL, not UNLINKED, no op, no chunk record, no write not
+ * committed): take the remote's attributes @st (mode, owner, size, times,
+ * nlink) as the node's; a regular file's content is then all the remote's.
+ * Errors: -EBUSY (something is pending: the journal's version stands; a
+ * conflict is issue 5's), -ESTALE (another object: another file type, or
+ * an imported node whose remote identity differs), -ENOENT, -EIO.
+ */
+int jnl_node_refresh(struct jnl *j, jnl_id id, const struct stat *st);
+
 /* --- status ------------------------------------------------------------ */
 
 struct jnl_stats {

@@ -755,6 +755,42 @@ static void test_journal__link_ack_moves_the_remote_name(void **state)
 	jnl_assert_sane(fx->j);
 }
 
+/* Another writer changed a flushed file: the journal takes its attributes;
+ * with changes pending it keeps its own. */
+static void test_journal__refresh_only_when_nothing_pending(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_node n;
+	struct stat st;
+	jnl_id f;
+
+	f = mk_file(fx->j, JNL_ROOT, "f");
+	memset(&st, 0, sizeof(st));
+	st.st_mode = S_IFREG | 0600;
+	st.st_size = 99;
+	st.st_mtim.tv_sec = 1500000000;
+	st.st_nlink = 1;
+	/* its create is pending */
+	assert_rc_err(jnl_node_refresh(fx->j, f, &st), EBUSY);
+	assert_rc_ok(jnl_sync(fx->j));
+	ack_everything(fx->j);
+	assert_rc_ok(jnl_node_refresh(fx->j, f, &st));
+	assert_rc_ok(jnl_node_get(fx->j, f, &n));
+	assert_int_equal(n.size, 99);
+	assert_int_equal(n.mode, S_IFREG | 0600);
+	assert_int_equal(n.mtime.tv_sec, 1500000000);
+	jnl_assert_sane(fx->j);
+	/* another type at the name: not this node */
+	st.st_mode = S_IFDIR | 0755;
+	assert_rc_err(jnl_node_refresh(fx->j, f, &st), ESTALE);
+	/* a write pending: the journal's version stands */
+	st.st_mode = S_IFREG | 0644;
+	assert_int_equal(jnl_write(fx->j, f, "x", 1, 0), -ENODATA);
+	assert_rc_ok(jnl_setattr(fx->j, f, JNL_SET_SIZE, &(struct jnl_node){ .size = 0 }));
+	assert_rc_err(jnl_node_refresh(fx->j, f, &st), EBUSY);
+	jnl_assert_sane(fx->j);
+}
+
 static void test_journal__rmdir_and_unlink_rules(void **state)
 {
 	struct fx *fx = *state;
@@ -2038,6 +2074,7 @@ int main(void)
 		T(test_journal__names_are_checked),
 		T(test_journal__create_link_symlink_setattr),
 		T(test_journal__link_ack_moves_the_remote_name),
+		T(test_journal__refresh_only_when_nothing_pending),
 		T(test_journal__rmdir_and_unlink_rules),
 		T(test_journal__rename_rules),
 		T(test_journal__unlink_cancels_pending_create),
