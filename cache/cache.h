@@ -28,7 +28,8 @@
  * written (the slot is written before its index record is committed, and
  * a slot's record is removed before the slot is overwritten). A system
  * crash while the cache was open discards the whole cache at the next open
- * (the slab and the index may have reached the disk in any order).
+ * (the slab and the index may have reached the disk in any order): it is
+ * made anew from that open's cache_config, as if the directory were empty.
  *
  * Errors: 0 (or a count) on success, -errno on failure:
  *   -EINVAL   a bad argument (block size, a block index or length that does

@@ -456,6 +456,35 @@ static void test_cache__kill_keeps_only_complete_blocks(void **state)
 	free(buf);
 }
 
+/* DIR/open from another boot: the system went down with the cache open,
+ * the slab and the index may disagree: the cache starts empty. */
+static void test_cache__system_crash_discards(void **state)
+{
+	struct fx *fx = *state;
+	struct cache_key k = key(10, 4 * BS, 100);
+	struct cache_stats st;
+	char path[PATH_MAX + 16];
+	FILE *f;
+
+	open_cache(fx, 8 * BS, BS);
+	for (int i = 0; i < 4; i++)
+		assert_rc_ok(put(fx->c, &k, (uint64_t)i));
+	cache_close(fx->c);
+	fx->c = NULL;
+	snprintf(path, sizeof(path), "%s/open", fx->dir);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs("00000000-0000-0000-0000-000000000000\n", f);
+	fclose(f);
+	open_cache(fx, 4 * BS, BS); /* made anew from cfg */
+	cache_stats(fx->c, &st);
+	assert_int_equal(st.blocks, 0);
+	assert_int_equal(st.max_bytes, 4 * BS);
+	assert_false(cache_has(fx->c, &k, 0));
+	assert_rc_ok(put(fx->c, &k, 0));
+	cache_assert_sane(fx->c);
+}
+
 struct worker {
 	struct cache *c;
 	unsigned int seed;
@@ -715,6 +744,7 @@ int main(void)
 		T(test_cache__reopen_keeps_blocks_and_bound),
 		T(test_cache__corrupted_lmdb_is_eproto),
 		T(test_cache__kill_keeps_only_complete_blocks),
+		T(test_cache__system_crash_discards),
 		T(test_cache__concurrent_put_read_evict),
 		T(test_cache__readahead_sequential_fills_ahead),
 		T(test_cache__readahead_random_fetches_nothing_extra),
