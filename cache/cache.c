@@ -303,10 +303,9 @@ static int get_block(struct cache *c, MDB_txn *txn, const uint8_t kb[24],
 }
 
 /*
- * Drop every block of (dev, ino), up to 64 per call at most when freeing
- * (w->freed); loops in callers are not needed in practice: a file with more
- * blocks frees the rest through a second transaction (drop_file_all).
- * Sets *more if blocks remain.
+ * Drop the blocks of (dev, ino), as many as w->freed holds (64): sets
+ * *more if blocks remain; set_version() goes on in a new transaction, so
+ * no write transaction grows with the size of a file.
  */
 static int drop_file_some(struct cache *c, struct wtx *w, uint64_t dev,
 			  uint64_t ino, bool *more)
