@@ -130,7 +130,7 @@ printf '%s files, %s MB\n' "$src_files" "$((src_bytes / 1000000))"
 # --- mount --------------------------------------------------------------------
 step "ferryfs mount $NAS $MNT"
 # shellcheck disable=SC2086 # DEMO_OPTS is a list of options
-"$FERRYFS" mount "$NAS" "$MNT" -o journal="$JOURNAL" ${DEMO_OPTS:-} >"$LOG" 2>&1
+"$FERRYFS" mount "$NAS" "$MNT" -o journal="$JOURNAL",cache="$DEMO_DIR/cache" ${DEMO_OPTS:-} >"$LOG" 2>&1
 for _ in $(seq 50); do
 	mountpoint -q "$MNT" && break
 	sleep 0.1

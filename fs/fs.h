@@ -34,13 +34,19 @@ struct fs_opts {
 	/* write-back over the journal (journal/) */
 	bool writeback;            /* -o writeback=on|off, default on */
 	char *journal;             /* -o journal=DIR, or NULL: the default
-				      (fs_journal_default()) */
+				      (fs_state_default()) */
 	unsigned int streams;      /* -o streams=N, default 4 */
 	unsigned int chunk_size;   /* -o chunk_size=SIZE, 0: the journal's */
 	bool sync_remote;          /* -o sync=remote (default sync=journal) */
 	bool verify;               /* -o verify=readback */
 	unsigned long long bwlimit;     /* -o bwlimit=RATE, 0: none */
 	unsigned long long journal_max; /* -o journal_max=SIZE, 0: disk */
+	/* reads: the block cache and read-ahead (cache/, fs/read.c) */
+	char *cache;               /* -o cache=DIR, NULL: the default */
+	bool no_cache;             /* -o cache=off */
+	unsigned long long cache_max; /* -o cache_max=SIZE, 0: the cache's */
+	unsigned int readahead;    /* -o readahead=N streams, 0 = off (4) */
+	char *s_cache_max;
 	/* the strings behind the values above, as given (parse_into) */
 	char *s_writeback, *s_sync, *s_verify, *s_bwlimit, *s_journal_max,
 		*s_chunk_size;
@@ -59,11 +65,12 @@ int fs_opts_parse(int argc, char *argv[], struct fuse_args *args,
 		  struct fs_opts *o, char *err, unsigned long errsize);
 void fs_opts_release(struct fs_opts *o);
 
-/* The default journal directory of the share whose rmt_id() is @id:
- * /var/lib/ferryfs/journal/<hash> as root, else
- * $XDG_STATE_HOME/ferryfs/journal/<hash> (~/.local/state when unset).
- * Caller frees. NULL on ENOMEM or without HOME. */
-char *fs_journal_default(const char *id);
+/* The default directory of @kind ("journal" or "cache") for the share
+ * whose rmt_id() is @id: /var/lib/ferryfs/KIND/<hash> as root, else
+ * $XDG_STATE_HOME/ferryfs/journal/<hash> (~/.local/state when unset) or
+ * $XDG_CACHE_HOME/ferryfs/cache/<hash> (~/.cache). Caller frees. NULL on
+ * ENOMEM or without HOME. */
+char *fs_state_default(const char *kind, const char *id);
 
 /* Print the usage text (ferryfs's and libfuse's options) to stdout. */
 void fs_usage(const char *progname);

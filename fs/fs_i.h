@@ -29,11 +29,14 @@
 #define FERRYFS_FS_I_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+
+#include "cache.h"
 
 struct rmt_file;
 struct rmt;
@@ -56,7 +59,15 @@ struct fs_handle {
 	 * (protected by lock), or NULL */
 	struct rmt_file *file;
 	uint64_t id;            /* write-back: the journal node, or 0 */
-	pthread_mutex_t lock;   /* write-back: file */
+	pthread_mutex_t lock;   /* write-back: file; reads: ra */
+	/* reads through the cache (read.c): set at open, then immutable */
+	bool cacheable;
+	struct cache_key key;   /* the remote version at open */
+	char *rpath;            /* the remote path at open */
+	struct cache_ra_file ra; /* protected by lock */
+	bool cache_dropped;     /* write-through writes: the file's cached
+				   blocks were dropped; protected by nothing
+				   (set once, idempotent) */
 	struct fs_inode *inode; /* immutable, holds a ref */
 	bool append;            /* opened O_APPEND: writes go to EOF */
 	bool direct;            /* FUSE direct I/O (write-only): immutable */
@@ -247,6 +258,11 @@ struct fs {
 	/* bytes of chunks in flight at the last crash, found by the first
 	 * of the two opens of fs_run() (jnl_stats.resent_bytes) */
 	unsigned long long resent_bytes;
+	/* reads (read.c): NULL with -o cache=off */
+	struct cache *cache;
+	struct cache_ra *ra;
+	char *cache_dir;
+	_Atomic uint64_t app_read_bytes, share_read_bytes;
 	/* the root's last attributes from the share */
 	pthread_mutex_t root_lock;
 	struct stat root_st; /* protected by root_lock */
@@ -265,6 +281,20 @@ int fs_wb_open(struct fs *fs, bool check_only);
 int fs_wb_start(struct fs *fs);
 void fs_wb_stop(struct fs *fs);
 int fs_wb_ctl(struct fs *fs, const char *cmd, char *reply, size_t size);
+
+/* read.c: remote reads through the cache (see there) */
+void fs_read_open(struct fs *fs, struct fs_handle *h, const char *rpath,
+		  const struct stat *st, int flags);
+void fs_read_release(struct fs_handle *h);
+/* @len bytes at @off of h->file through the cache; short only at the end
+ * of the file. Returns the count or -errno. */
+ssize_t fs_read_remote(struct fs *fs, struct fs_handle *h, char *buf,
+		       size_t len, off_t off);
+int fs_cache_open(struct fs *fs);
+int fs_cache_start(struct fs *fs);
+void fs_cache_stop(struct fs *fs);
+/* The "cache": {...} member of the status reply; returns its length. */
+int fs_cache_status(struct fs *fs, char *buf, size_t size);
 
 #ifdef FUSE_LOWLEVEL_H_
 /* ops.c: the write-through operations (the baseline, and what wb.c uses

@@ -110,6 +110,7 @@ int fs_handle_put(struct fs *fs, struct fs_handle *h)
 
 	if (fs_itab_handle_put(fs->itab, h)) {
 		rc = rmt_file_close(h->file);
+		fs_read_release(h);
 		pthread_mutex_destroy(&h->lock);
 		free(h);
 	}
@@ -662,6 +663,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		rmt_file_close(f);
 		goto out_err;
 	}
+	fs_read_open(fs, h, path, &st, fi->flags);
 	/* close-to-open: keep the kernel's pages only if the file did not
 	 * change on the share since the last open */
 	fi->keep_cache = fs_itab_keep_cache(fs->itab, n, &st);
@@ -746,7 +748,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	struct fs *fs = fs_of(req);
 	struct fs_handle *h = handle_of(fi);
-	int fd = fs->use_fd ? rmt_file_fd(h->file) : -1;
+	int fd = fs->use_fd && !h->cacheable ? rmt_file_fd(h->file) : -1;
 	ssize_t n;
 	char *buf;
 
@@ -776,7 +778,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	n = rmt_file_pread(h->file, buf, size, off);
+	n = fs_read_remote(fs, h, buf, size, off);
 	if (n < 0)
 		reply_err(req, (int)n);
 	else
@@ -837,6 +839,11 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino,
 	char *buf = NULL;
 
 	(void)ino;
+	if (fs->cache && !h->cache_dropped) {
+		/* the share's file changes: its cached blocks are stale */
+		cache_invalidate(fs->cache, h->inode->dev, h->inode->ino);
+		h->cache_dropped = true;
+	}
 	if (h->append) {
 		/* O_APPEND without writeback cache: the filesystem puts each
 		 * write at the end of the file */
@@ -1267,14 +1274,40 @@ const struct fuse_lowlevel_ops fs_wt_ops = {
  * nothing is ever pending, so a flush is done at once and there is no
  * queue to pause; the reply says so instead of pretending.
  */
+static int wt_ctl(struct fs *fs, const char *cmd, char *reply, size_t size);
+
+/* A status reply (one JSON object) gains the "cache" member. */
+static void add_cache_status(struct fs *fs, char *reply, size_t size)
+{
+	size_t len = strlen(reply);
+
+	if (len < 2 || reply[len - 1] != '}' || size - len < 16)
+		return;
+	reply[len - 1] = '\0';
+	len--;
+	len += (size_t)snprintf(reply + len, size - len, ", ");
+	if (len < size)
+		len += (size_t)fs_cache_status(fs, reply + len, size - len);
+	if (len + 2 <= size)
+		snprintf(reply + len, size - len, "}");
+}
+
 static int ctl_handle(void *arg, const char *cmd, char *reply, size_t size)
 {
 	struct fs *fs = arg;
+	int rc = fs->jnl ? fs_wb_ctl(fs, cmd, reply, size)
+			 : wt_ctl(fs, cmd, reply, size);
+
+	if (rc == 0 && !strcmp(cmd, "status"))
+		add_cache_status(fs, reply, size);
+	return rc;
+}
+
+static int wt_ctl(struct fs *fs, const char *cmd, char *reply, size_t size)
+{
 	struct rmt_counters rc;
 	struct timespec now;
 
-	if (fs->jnl)
-		return fs_wb_ctl(fs, cmd, reply, size);
 	if (!strcmp(cmd, "status")) {
 		rmt_counters(fs->rmt, &rc);
 		clock_gettime(CLOCK_MONOTONIC, &now);
@@ -1402,6 +1435,8 @@ int fs_run(struct fuse_args *args, const struct fs_opts *o)
 			goto out_itab;
 		fs_wb_ops(&ops);
 	}
+	if (fs_cache_open(&fs) < 0)
+		goto out_itab;
 	/* before mounting: afterwards resolving it would ask ourselves */
 	if (strncmp(o->mountpoint, "/dev/fd/", 8))
 		fs.mnt_abs = realpath(o->mountpoint, NULL);
@@ -1424,6 +1459,7 @@ int fs_run(struct fuse_args *args, const struct fs_opts *o)
 	if (o->writeback &&
 	    (fs_wb_open(&fs, false) < 0 || fs_wb_start(&fs) < 0))
 		goto out_unmount;
+	fs_cache_start(&fs);
 	if (fs.mnt_abs) {
 		/* after the fork of daemonize: threads do not survive it */
 		rc = fs_ctl_start(fs.mnt_abs, ctl_handle, &fs, &fs.ctl);
@@ -1451,13 +1487,16 @@ out_unmount:
 	fs_ctl_stop(fs.ctl);
 	fuse_session_unmount(se);
 	fs_wb_stop(&fs);
+	fs_cache_stop(&fs);
 out_signals:
 	fuse_remove_signal_handlers(se);
 out_session:
 	fuse_session_destroy(se);
 out_itab:
+	fs_cache_stop(&fs);
 	free(fs.mnt_abs);
 	free(fs.journal_dir);
+	free(fs.cache_dir);
 	fs_itab_free(fs.itab);
 out_rmt:
 	rmt_close(fs.rmt);

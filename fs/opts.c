@@ -64,6 +64,9 @@ static const struct fuse_opt opt_spec[] = {
 	OPTV("verify=%s", s_verify),
 	OPTV("bwlimit=%s", s_bwlimit),
 	OPTV("journal_max=%s", s_journal_max),
+	OPTV("cache=%s", cache),
+	OPTV("cache_max=%s", s_cache_max),
+	OPTV("readahead=%u", readahead),
 	FUSE_OPT_END
 };
 
@@ -185,6 +188,20 @@ static int parse_journal_opts(struct fs_opts *o, char *err,
 		}
 		o->chunk_size = (unsigned int)v;
 	}
+	if (o->s_cache_max &&
+	    parse_size("cache_max", o->s_cache_max, &o->cache_max, err,
+		       errsize) < 0)
+		return -EINVAL;
+	if (o->cache && !strcmp(o->cache, "off")) {
+		o->no_cache = true;
+	} else if (o->cache && !o->cache[0]) {
+		snprintf(err, errsize, "cache= needs a directory or off");
+		return -EINVAL;
+	}
+	if (o->readahead > 64) {
+		snprintf(err, errsize, "readahead must be 0..64");
+		return -EINVAL;
+	}
 	if (o->journal && !o->journal[0]) {
 		snprintf(err, errsize, "journal= needs a directory");
 		return -EINVAL;
@@ -215,6 +232,7 @@ static int parse_into(struct parse_ctx *cp, int argc, char *argv[],
 	o->max_threads = 16;
 	o->max_idle_threads = 8;
 	o->streams = 4;
+	o->readahead = 4;
 	if (errsize)
 		err[0] = '\0';
 
@@ -305,6 +323,9 @@ void fs_opts_release(struct fs_opts *o)
 	free(o->s_bwlimit);
 	free(o->s_journal_max);
 	free(o->s_chunk_size);
+	free(o->cache);
+	free(o->s_cache_max);
+	o->cache = o->s_cache_max = NULL;
 	o->journal = o->s_writeback = o->s_sync = o->s_verify = NULL;
 	o->s_bwlimit = o->s_journal_max = o->s_chunk_size = NULL;
 	o->remote = NULL;
@@ -355,6 +376,12 @@ void fs_usage(const char *progname)
 	       "    -o journal_max=SIZE    bound the journal; writers wait for the flush\n"
 	       "    -o verify=readback     read every flushed chunk back and compare\n"
 	       "\n"
+	       "reads (the block cache; see README):\n"
+	       "    -o cache=DIR|off       the block cache of files read from the\n"
+	       "                           share (/var/lib/ferryfs/cache/ID as root)\n"
+	       "    -o cache_max=SIZE      bound the cache (1/10 of its disk's free space)\n"
+	       "    -o readahead=N         parallel read-ahead streams, 0 = off (4)\n"
+	       "\n"
 	       "simulation aids (slow the remote down, to measure without a\n"
 	       "network; RATE in bytes/s with K/M/G or Ki/Mi/Gi):\n"
 	       "    -o remote_rate=RATE    all streams together\n"
@@ -371,10 +398,11 @@ void fs_usage(const char *progname)
 	fuse_lowlevel_help();
 }
 
-char *fs_journal_default(const char *id)
+char *fs_state_default(const char *kind, const char *id)
 {
 	/* FNV-1a of the share's id: one directory per share */
 	unsigned long long h = 1469598103934665603ull;
+	bool cache = !strcmp(kind, "cache");
 	const char *base, *home, *sub = "";
 	char *out = NULL;
 
@@ -385,16 +413,16 @@ char *fs_journal_default(const char *id)
 	if (geteuid() == 0) {
 		base = "/var/lib";
 	} else {
-		base = getenv("XDG_STATE_HOME");
+		base = getenv(cache ? "XDG_CACHE_HOME" : "XDG_STATE_HOME");
 		if (!base || base[0] != '/') {
 			home = getenv("HOME");
 			if (!home || home[0] != '/')
 				return NULL;
 			base = home;
-			sub = "/.local/state";
+			sub = cache ? "/.cache" : "/.local/state";
 		}
 	}
-	if (asprintf(&out, "%s%s/ferryfs/journal/%016llx", base, sub, h) < 0)
+	if (asprintf(&out, "%s%s/ferryfs/%s/%016llx", base, sub, kind, h) < 0)
 		return NULL;
 	return out;
 }

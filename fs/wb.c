@@ -1773,7 +1773,7 @@ int fs_wb_open(struct fs *fs, bool check_only)
 
 	if (!fs->journal_dir) {
 		fs->journal_dir = o->journal ? strdup(o->journal)
-					     : fs_journal_default(cfg.remote_id);
+					     : fs_state_default("journal", cfg.remote_id);
 		if (!fs->journal_dir) {
 			fprintf(stderr, "ferryfs: no journal directory: give "
 					"-o journal=DIR\n");

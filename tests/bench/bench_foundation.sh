@@ -165,7 +165,8 @@ dd if="$SHM/big.bin" of="$REMOTE/read.bin" bs=1M conv=fsync status=none
 # --- mount -----------------------------------------------------------------------
 log "bench: ferryfs mount $REMOTE $MNT -f $FERRYFS_OPTS"
 # shellcheck disable=SC2086 # FERRYFS_OPTS is a list of options
-"$FERRYFS" mount "$REMOTE" "$MNT" -f $FERRYFS_OPTS >"$WORK/ferryfs.log" 2>&1 &
+"$FERRYFS" mount "$REMOTE" "$MNT" -f -o "journal=$WORK/journal,cache=$WORK/cache" \
+	$FERRYFS_OPTS >"$WORK/ferryfs.log" 2>&1 &
 PID=$!
 for _ in $(seq 100); do
 	mountpoint -q "$MNT" && break

@@ -137,9 +137,9 @@ mount_mode() {
 	mkdir -p "$WORK/remote"
 	local o="$THROTTLE"
 	if [[ $1 == wt ]]; then
-		o+=",writeback=off"
+		o+=",writeback=off,cache=off"
 	else
-		o+=",journal=$WORK/journal,streams=$STREAMS"
+		o+=",journal=$WORK/journal,cache=off,streams=$STREAMS"
 	fi
 	"$FERRYFS" mount "$WORK/remote" "$MNT" -f -o "$o" >"$WORK/ferryfs.log" 2>&1 &
 	PID=$!

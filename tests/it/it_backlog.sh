@@ -21,7 +21,7 @@ FERRYFS=$(readlink -f "$FERRYFS")
 T=$(mktemp -d /var/tmp/ferryfs-backlog.XXXXXX) || exit 1
 R=$T/remote M=$T/mnt
 mkdir -p "$R" "$M"
-OPTS="-o journal=$T/journal"
+OPTS="-o journal=$T/journal,cache=$T/cache"
 pass=0
 fail=0
 ok() { pass=$((pass + 1)); echo "ok $((pass + fail)) - $1"; }

@@ -140,10 +140,13 @@ unmount() {
 		umount -l "$1"
 }
 
-# the mounts here use the default journal (/var/lib/ferryfs/journal/ID):
-# the ones this run made are removed at the end
+# the mounts here use the default journal and cache
+# (/var/lib/ferryfs/{journal,cache}/ID): the ones this run made are removed
+# at the end
 JOURNALS=/var/lib/ferryfs/journal
+CACHES=/var/lib/ferryfs/cache
 journals_before=$(ls "$JOURNALS" 2>/dev/null)
+caches_before=$(ls "$CACHES" 2>/dev/null)
 
 cleanup() {
 	local m p j
@@ -159,6 +162,9 @@ cleanup() {
 	done
 	for j in $(ls "$JOURNALS" 2>/dev/null); do
 		grep -qxF "$j" <<<"$journals_before" || rm -rf "${JOURNALS:?}/$j"
+	done
+	for j in $(ls "$CACHES" 2>/dev/null); do
+		grep -qxF "$j" <<<"$caches_before" || rm -rf "${CACHES:?}/$j"
 	done
 	if awk -v t="$T/" 'index($5, t) == 1 { f = 1 } END { exit !f }' \
 		/proc/self/mountinfo; then

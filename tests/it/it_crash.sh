@@ -35,7 +35,7 @@ T=$(mktemp -d /tmp/ferryfs-crash.XXXXXX) || exit 1
 R=$T/remote M=$T/mnt J=$T/journal S=$T/src
 mkdir -p "$R" "$M" "$S"
 : >"$T/synced"
-OPTS="-o journal=$J,streams=$STREAMS,chunk_size=1Mi,remote_stream_rate=4M"
+OPTS="-o journal=$J,cache=$T/cache,streams=$STREAMS,chunk_size=1Mi,remote_stream_rate=4M"
 DPID=
 WPID=
 pass=0

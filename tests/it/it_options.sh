@@ -36,7 +36,7 @@ ms() { echo $(($(date +%s%N) / 1000000)); }
 # mount_with NAME OPTS: a fresh share $T/NAME, journal $T/NAME.j
 mount_with() {
 	mkdir -p "$T/$1"
-	"$FERRYFS" mount "$T/$1" "$M" -o "journal=$T/$1.j,$2" 2>"$T/err"
+	"$FERRYFS" mount "$T/$1" "$M" -o "journal=$T/$1.j,cache=$T/$1.c,$2" 2>"$T/err"
 }
 
 # --- sync=remote -------------------------------------------------------------
@@ -93,7 +93,7 @@ umount_it
 
 # --- a journal belongs to one share ------------------------------------------------
 mkdir -p "$T/other"
-if "$FERRYFS" mount "$T/other" "$M" -o "journal=$T/max.j" 2>"$T/err"; then
+if "$FERRYFS" mount "$T/other" "$M" -o "journal=$T/max.j,cache=off" 2>"$T/err"; then
 	bad "a journal over another share is refused" "mounted"
 	umount_it
 else
@@ -109,7 +109,7 @@ cp -r "$T/verify.j" "$T/bad.j"
 f=$(find "$T/bad.j" -name data.mdb | head -1)
 dd if=/dev/urandom of="$f" bs=4096 count=4 conv=notrunc status=none
 mkdir -p "$T/bad"
-if "$FERRYFS" mount "$T/verify" "$M" -o "journal=$T/bad.j" 2>"$T/err"; then
+if "$FERRYFS" mount "$T/verify" "$M" -o "journal=$T/bad.j,cache=off" 2>"$T/err"; then
 	bad "a corrupted journal is refused" "mounted"
 	umount_it
 else

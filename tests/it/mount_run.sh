@@ -12,8 +12,8 @@
 # CMD sees MNT, REMOTE, FERRYFS and FERRYFS_T (= $T; "@T@" in FERRYFS_OPTS
 # is replaced by it) in its environment, and in write-back
 # mode (unless FERRYFS_OPTS has writeback=off) IT_REMOTE_SYNC, a command
-# that flushes the mount to REMOTE. The journal is $T/journal unless
-# FERRYFS_OPTS names one. FERRYFS_OPTS (word
+# that flushes the mount to REMOTE. The journal is $T/journal and the
+# block cache $T/cache unless FERRYFS_OPTS names them. FERRYFS_OPTS (word
 # split on purpose, e.g. "-o journal=/x") is appended to the mount command;
 # FERRYFS_DEBUG=1 adds -d. IT_TIMEOUT overrides CMD's time limit (seconds).
 #
@@ -175,6 +175,10 @@ journal=
 case " ${FERRYFS_OPTS:-} " in
 *journal=*) ;;
 *) journal="-o journal=$T/journal" ;;
+esac
+case " ${FERRYFS_OPTS:-} " in
+*cache=*) ;;
+*) journal="$journal -o cache=$T/cache" ;;
 esac
 case " ${FERRYFS_OPTS:-} " in
 *writeback=off*) unset IT_REMOTE_SYNC ;;

@@ -1,0 +1,283 @@
+/*
+ * read.c - reads of remote bytes through the block cache and read-ahead
+ * (cache/, issue 5).
+ *
+ * Which reads: a file opened read-only that the journal does not know (a
+ * clean file on the share, the case of pulling a project back from the
+ * NAS), write-through or write-back. Its version (identity, size, mtime,
+ * ctime) is taken at open: close-to-open, like NFS; a change on the share
+ * is seen at the next open, and blocks of the old version are dropped
+ * then (cache_read with a new key). Everything else (files with changes in
+ * the journal, files open for writing) reads the share directly.
+ *
+ * A read of [off, off+len):
+ *   1. tells the read-ahead engine (cache_ra_note): a sequential reader
+ *      gets the next blocks fetched in parallel, a growing window;
+ *   2. takes what the cache holds (cache_read);
+ *   3. for a block it does not hold: waits for it if read-ahead is
+ *      fetching it, else reads it from the share: the whole block for a
+ *      sequential reader or a read that covers it (then cached), only the
+ *      part asked for otherwise (a random reader fetches no more than it
+ *      reads).
+ * Counters (app bytes, share bytes) go to `ferryfs status`.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "fs.h"
+#include "fs_i.h"
+#include "log.h"
+#include "remote.h"
+
+static ssize_t pread_all(struct rmt_file *f, char *buf, size_t len, off_t off)
+{
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t n = rmt_file_pread(f, buf + got, len - got,
+					   off + (off_t)got);
+
+		if (n < 0)
+			return n;
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	return (ssize_t)got;
+}
+
+void fs_read_open(struct fs *fs, struct fs_handle *h, const char *rpath,
+		  const struct stat *st, int flags)
+{
+	if (!fs->cache || (flags & O_ACCMODE) != O_RDONLY || !S_ISREG(st->st_mode))
+		return;
+	h->rpath = strdup(rpath);
+	if (!h->rpath)
+		return; /* no cache for it: slower, not wrong */
+	memset(&h->key, 0, sizeof(h->key));
+	h->key.dev = (uint64_t)st->st_dev;
+	h->key.ino = (uint64_t)st->st_ino;
+	h->key.size = (uint64_t)st->st_size;
+	h->key.mtime = st->st_mtim;
+	h->key.ctime = st->st_ctim;
+	cache_ra_file_init(&h->ra);
+	h->cacheable = true;
+}
+
+void fs_read_release(struct fs_handle *h)
+{
+	free(h->rpath);
+	h->rpath = NULL;
+}
+
+/* Block @idx of the file into @blk (its length), from the share; cached. */
+static ssize_t fetch_block(struct fs *fs, struct fs_handle *h, uint64_t idx,
+			   char *blk)
+{
+	uint64_t bs = cache_block_size(fs->cache), start = idx * bs;
+	size_t len = (size_t)(h->key.size - start < bs ? h->key.size - start
+						       : bs);
+	ssize_t n = pread_all(h->file, blk, len, (off_t)start);
+
+	if (n < 0)
+		return n;
+	atomic_fetch_add(&fs->share_read_bytes, (uint64_t)n);
+	if ((size_t)n == len)
+		cache_put(fs->cache, &h->key, idx, blk, len); /* best effort */
+	return n;
+}
+
+ssize_t fs_read_remote(struct fs *fs, struct fs_handle *h, char *buf,
+		       size_t len, off_t off)
+{
+	uint64_t bs, first, last, idx;
+	bool *have = NULL;
+	char *blk = NULL;
+	ssize_t n;
+	int rc = 0;
+
+	if (!h->cacheable) {
+		n = pread_all(h->file, buf, len, off);
+		if (n > 0)
+			atomic_fetch_add(&fs->share_read_bytes, (uint64_t)n);
+		return n;
+	}
+	if ((uint64_t)off >= h->key.size || len == 0)
+		return 0;
+	if (len > h->key.size - (uint64_t)off)
+		len = (size_t)(h->key.size - (uint64_t)off);
+	atomic_fetch_add(&fs->app_read_bytes, len);
+	if (fs->ra) {
+		pthread_mutex_lock(&h->lock);
+		cache_ra_note(fs->ra, &h->ra, h->rpath, &h->key, off, len);
+		pthread_mutex_unlock(&h->lock);
+	}
+	bs = cache_block_size(fs->cache);
+	first = (uint64_t)off / bs;
+	last = ((uint64_t)off + len - 1) / bs;
+	have = calloc(last - first + 1, sizeof(*have));
+	if (!have)
+		return -ENOMEM;
+	rc = cache_read(fs->cache, &h->key, buf, len, off, have);
+	for (idx = first; rc == 0 && idx <= last; idx++) {
+		uint64_t s = idx * bs > (uint64_t)off ? idx * bs : (uint64_t)off;
+		uint64_t e = (idx + 1) * bs < (uint64_t)off + len
+				     ? (idx + 1) * bs
+				     : (uint64_t)off + len;
+		bool sequential = h->ra.window > 0;
+
+		if (have[idx - first])
+			continue;
+		/* read-ahead has it on the way: wait rather than fetch twice */
+		if (fs->ra && cache_ra_wait(fs->ra, &h->key, idx, 10000)) {
+			bool one = false;
+
+			if (cache_read(fs->cache, &h->key,
+				       buf + (s - (uint64_t)off), e - s,
+				       (off_t)s, &one) == 0 && one)
+				continue;
+		}
+		if (sequential || (s == idx * bs && e == (idx + 1) * bs) ||
+		    (s == idx * bs && e == h->key.size)) {
+			if (!blk && !(blk = malloc(bs))) {
+				rc = -ENOMEM;
+				break;
+			}
+			n = fetch_block(fs, h, idx, blk);
+			if (n < 0) {
+				rc = (int)n;
+				break;
+			}
+			/* a short block: the share's file is shorter than at
+			 * open; what is missing reads as zeros */
+			if ((uint64_t)n < e - idx * bs)
+				memset(blk + n, 0, e - idx * bs - (uint64_t)n);
+			memcpy(buf + (s - (uint64_t)off), blk + (s - idx * bs),
+			       e - s);
+		} else {
+			n = pread_all(h->file, buf + (s - (uint64_t)off),
+				      e - s, (off_t)s);
+			if (n < 0) {
+				rc = (int)n;
+				break;
+			}
+			atomic_fetch_add(&fs->share_read_bytes, (uint64_t)n);
+			if ((uint64_t)n < e - s)
+				memset(buf + (s - (uint64_t)off) + n, 0,
+				       e - s - (uint64_t)n);
+		}
+	}
+	free(blk);
+	free(have);
+	return rc < 0 ? rc : (ssize_t)len;
+}
+
+/* mkdir -p of @dir's parents, 0700 for the ones made here */
+static int make_parents(const char *dir)
+{
+	char p[4096];
+	char *s;
+
+	if (strlen(dir) >= sizeof(p))
+		return -ENAMETOOLONG;
+	strcpy(p, dir);
+	for (s = p + 1; (s = strchr(s, '/')); s++) {
+		*s = '\0';
+		if (mkdir(p, 0700) < 0 && errno != EEXIST)
+			return -errno;
+		*s = '/';
+	}
+	return 0;
+}
+
+int fs_cache_open(struct fs *fs)
+{
+	const struct fs_opts *o = fs->o;
+	struct cache_config cfg = { .max_bytes = o->cache_max };
+	int rc;
+
+	if (o->no_cache)
+		return 0;
+	fs->cache_dir = o->cache ? strdup(o->cache)
+				 : fs_state_default("cache", rmt_id(fs->rmt));
+	if (!fs->cache_dir) {
+		fprintf(stderr, "ferryfs: no cache directory: give -o cache=DIR "
+				"or -o cache=off\n");
+		return -EINVAL;
+	}
+	rc = make_parents(fs->cache_dir);
+	if (rc == 0)
+		rc = cache_open(fs->cache_dir, &cfg, &fs->cache);
+	if (rc < 0) {
+		fprintf(stderr, "ferryfs: cannot open cache '%s': %s\n",
+			fs->cache_dir,
+			fs->cache || rc == -ENAMETOOLONG ? strerror(-rc)
+							 : cache_errmsg());
+		return rc;
+	}
+	return 0;
+}
+
+int fs_cache_start(struct fs *fs)
+{
+	struct cache_ra_config cfg = {
+		.remote_spec = fs->spec,
+		.remote_opts = fs->o->remote_opts,
+		.streams = fs->o->readahead,
+	};
+	int rc;
+
+	if (!fs->cache || !fs->o->readahead)
+		return 0;
+	rc = cache_ra_start(fs->cache, &cfg, &fs->ra);
+	if (rc < 0)
+		LOG_WARN("no read-ahead for '%s' (reads stay correct, one "
+			 "at a time): %s",
+			 fs->spec, strerror(-rc));
+	return 0;
+}
+
+void fs_cache_stop(struct fs *fs)
+{
+	cache_ra_stop(fs->ra);
+	fs->ra = NULL;
+	cache_close(fs->cache);
+	fs->cache = NULL;
+}
+
+int fs_cache_status(struct fs *fs, char *buf, size_t size)
+{
+	struct cache_ra_stats rs = { 0 };
+	struct cache_stats cs = { 0 };
+	uint64_t lookups;
+
+	if (!fs->cache)
+		return snprintf(buf, size, "\"cache\": null");
+	cache_stats(fs->cache, &cs);
+	if (fs->ra)
+		cache_ra_stats(fs->ra, &rs);
+	lookups = cs.hits + cs.misses;
+	return snprintf(
+		buf, size,
+		"\"cache\": {\"dir\": \"%s\", \"bytes\": %llu, "
+		"\"max_bytes\": %llu, \"hits\": %llu, \"misses\": %llu, "
+		"\"hit_rate\": %.3f, \"readahead_streams\": %u, "
+		"\"readahead_bytes\": %llu, \"readahead_errors\": %llu, "
+		"\"app_read_bytes\": %llu, \"share_read_bytes\": %llu}",
+		fs->cache_dir, (unsigned long long)cs.bytes,
+		(unsigned long long)cs.max_bytes,
+		(unsigned long long)cs.hits, (unsigned long long)cs.misses,
+		lookups ? (double)cs.hits / (double)lookups : 0.0,
+		fs->ra ? fs->o->readahead : 0,
+		(unsigned long long)rs.fetched_bytes,
+		(unsigned long long)rs.errors,
+		(unsigned long long)atomic_load(&fs->app_read_bytes),
+		(unsigned long long)atomic_load(&fs->share_read_bytes));
+}
