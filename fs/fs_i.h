@@ -65,9 +65,6 @@ struct fs_handle {
 	struct cache_key key;   /* the remote version at open */
 	char *rpath;            /* the remote path at open */
 	struct cache_ra_file ra; /* protected by lock */
-	bool cache_dropped;     /* write-through writes: the file's cached
-				   blocks were dropped; protected by nothing
-				   (set once, idempotent) */
 	struct fs_inode *inode; /* immutable, holds a ref */
 	bool append;            /* opened O_APPEND: writes go to EOF */
 	bool direct;            /* FUSE direct I/O (write-only): immutable */

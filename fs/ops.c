@@ -839,11 +839,6 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino,
 	char *buf = NULL;
 
 	(void)ino;
-	if (fs->cache && !h->cache_dropped) {
-		/* the share's file changes: its cached blocks are stale */
-		cache_invalidate(fs->cache, h->inode->dev, h->inode->ino);
-		h->cache_dropped = true;
-	}
 	if (h->append) {
 		/* O_APPEND without writeback cache: the filesystem puts each
 		 * write at the end of the file */
@@ -878,6 +873,10 @@ out_unlock:
 	if (h->append)
 		pthread_mutex_unlock(&h->inode->append_lock);
 	free(buf);
+	if (rc > 0 && fs->cache) /* the share's file changed: its blocks are
+				    stale (after every write: a reader may
+				    have cached it again meanwhile) */
+		cache_invalidate(fs->cache, h->inode->dev, h->inode->ino);
 	if (rc > 0 && h->direct)
 		rc = write_direct_done(fs, req, h, ino, off, (size_t)rc);
 	if (rc < 0)
