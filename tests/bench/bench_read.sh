@@ -1,0 +1,179 @@
+#!/bin/bash
+# bench_read.sh - reads through the block cache and read-ahead (issue 5; a
+# benchmark, not a test)
+#
+#   sudo tests/bench/bench_read.sh [--append]
+#
+# A SIZE_MB (2048) MiB file on the share (a directory under /var/tmp on
+# the real disk), read with `dd bs=1M of=/dev/null`; the page cache is
+# dropped before every read, each mount gets a fresh block cache.
+#
+#   throttled cold   the share behind THROTTLE (remote_stream_rate=110M,
+#                    remote_rate=440M: a NAS whose single stream is capped):
+#                    -o readahead=4 against the same read with read-ahead
+#                    off and one stream (-o readahead=0,max_threads=1: the
+#                    FUSE loop fetches one block at a time)
+#   cold             unthrottled: through the mount (a fresh cache) against
+#                    the share's file read directly
+#   warm             the same file read again through the mount (the block
+#                    cache warm, the page cache dropped) against a local
+#                    copy of it read directly
+# Medians of RUNS (3), alternating the order; a markdown table; --append
+# adds it to tests/bench/RESULTS.md.
+#
+# Environment: RUNS=3 SIZE_MB=2048 THROTTLE=remote_stream_rate=110M,remote_rate=440M
+#   BUILD_DIR=build  FERRYFS=<binary>  BENCH_PARENT=/var/tmp
+set -euo pipefail
+shopt -s inherit_errexit
+
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+ROOT=$(pwd)
+APPEND=0
+case "${1:-}" in
+--append) APPEND=1 ;;
+"") ;;
+-h | --help)
+	sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+	exit 0
+	;;
+*)
+	echo "bench: unknown option '$1' (try --help)" >&2
+	exit 2
+	;;
+esac
+RUNS=${RUNS:-3}
+SIZE_MB=${SIZE_MB:-2048}
+THROTTLE=${THROTTLE:-remote_stream_rate=110M,remote_rate=440M}
+BUILD_DIR=${BUILD_DIR:-build}
+FERRYFS=${FERRYFS:-$BUILD_DIR/fs/ferryfs}
+BENCH_PARENT=${BENCH_PARENT:-/var/tmp}
+RESULTS=$ROOT/tests/bench/RESULTS.md
+
+die() {
+	echo "bench: $*" >&2
+	exit 1
+}
+log() { printf '%s\n' "$*" >&2; }
+((EUID == 0)) || die "needs root (to drop the page cache): sudo $0"
+if [[ ! -x "$FERRYFS" ]]; then
+	[[ -f "$BUILD_DIR/CMakeCache.txt" ]] ||
+		cmake -S "$ROOT" -B "$BUILD_DIR" -DFERRYFS_WERROR=ON >/dev/null
+	cmake --build "$BUILD_DIR" --target ferryfs -j"$(nproc)" >/dev/null
+fi
+FERRYFS=$(realpath "$FERRYFS")
+
+WORK=$(mktemp -d "$BENCH_PARENT/ferryfs-rbench.XXXXXX")
+MNT=$WORK/mnt
+PID=
+is_mounted() { awk -v m="$MNT" '$5 == m { f = 1 } END { exit !f }' /proc/self/mountinfo; }
+umount_it() {
+	if is_mounted; then
+		for _ in $(seq 1 20); do
+			fusermount3 -u "$MNT" 2>/dev/null && break
+			sleep 0.5
+		done
+		is_mounted && fusermount3 -uz "$MNT"
+	fi
+	if [[ -n "$PID" ]]; then
+		wait "$PID" 2>/dev/null || true
+		PID=
+	fi
+}
+# shellcheck disable=SC2317 # called by the EXIT trap
+cleanup() {
+	umount_it || true
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+mkdir -p "$MNT" "$WORK/share" "$WORK/local"
+free_mb=$(df -Pm "$WORK" | awk 'NR == 2 { print $4 }')
+((free_mb > SIZE_MB * 4 + 500)) || die "need ~$((SIZE_MB * 4)) MB free under $BENCH_PARENT"
+log "bench: writing the $SIZE_MB MiB file"
+head -c $((SIZE_MB << 20)) /dev/urandom >"$WORK/share/big.bin"
+cp "$WORK/share/big.bin" "$WORK/local/big.bin"
+sync
+
+drop() { sync && echo 3 >/proc/sys/vm/drop_caches; }
+now() { date +%s%N; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (b - a) / 1e9 }'; }
+read_secs() { # read_secs FILE: seconds of a cold dd of it
+	local t0 t1
+	drop
+	t0=$(now)
+	dd if="$1" of=/dev/null bs=1M status=none
+	t1=$(now)
+	secs "$t0" "$t1"
+}
+mount_with() { # mount_with OPTS: a fresh cache
+	rm -rf "$WORK/cache" "$WORK/journal"
+	"$FERRYFS" mount "$WORK/share" "$MNT" -f \
+		-o "journal=$WORK/journal,cache=$WORK/cache,$1" >"$WORK/ferryfs.log" 2>&1 &
+	PID=$!
+	for _ in $(seq 1 100); do
+		is_mounted && return 0
+		sleep 0.1
+	done
+	die "mount failed: $(tail -3 "$WORK/ferryfs.log")"
+}
+median() {
+	tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 }
+		END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+declare -A RAW
+for k in ra4 ra0 cold direct warm local; do RAW[$k]=; done
+for ((i = 1; i <= RUNS; i++)); do
+	if ((i % 2)); then order=(ra4 ra0); else order=(ra0 ra4); fi
+	for k in "${order[@]}"; do
+		if [[ $k == ra4 ]]; then
+			mount_with "$THROTTLE,readahead=4"
+		else
+			mount_with "$THROTTLE,readahead=0,max_threads=1"
+		fi
+		t=$(read_secs "$MNT/big.bin")
+		umount_it
+		RAW[$k]+="$t "
+		log "bench: throttled cold $k run $i/$RUNS: ${t}s"
+	done
+	mount_with "readahead=4"
+	if ((i % 2)); then
+		RAW[cold]+="$(read_secs "$MNT/big.bin") "
+		RAW[direct]+="$(read_secs "$WORK/share/big.bin") "
+	else
+		RAW[direct]+="$(read_secs "$WORK/share/big.bin") "
+		RAW[cold]+="$(read_secs "$MNT/big.bin") "
+	fi
+	RAW[warm]+="$(read_secs "$MNT/big.bin") "
+	RAW[local]+="$(read_secs "$WORK/local/big.bin") "
+	umount_it
+	log "bench: unthrottled run $i/$RUNS: cold ${RAW[cold]}/ direct ${RAW[direct]}/ warm ${RAW[warm]}/ local ${RAW[local]}"
+done
+
+m() { median <<<"${RAW[$1]}"; }
+rate() { awk -v s="$1" -v b=$((SIZE_MB << 20)) 'BEGIN { printf "%.0f", b / s / 1e6 }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "no commit")
+[[ -n "$(git -C "$ROOT" status --porcelain 2>/dev/null | head -n 1)" ]] && commit+=" + local changes"
+table=$(
+	cat <<EOF
+
+### Reads: block cache and read-ahead, $(date -u +%Y-%m-%d) ($commit)
+
+\`sudo RUNS=$RUNS SIZE_MB=$SIZE_MB THROTTLE=$THROTTLE tests/bench/bench_read.sh\`
+(medians of $RUNS, $SIZE_MB MiB, \`dd bs=1M\`, page cache dropped before every read; share on $(stat -f -c %T "$WORK") under $BENCH_PARENT, $(nproc) CPUs)
+
+| read | ferryfs | baseline | ratio | target |
+|---|---|---|---|---|
+| throttled cold: readahead=4 vs readahead=0, one stream | $(m ra4) s ($(rate "$(m ra4)") MB/s) | $(m ra0) s ($(rate "$(m ra0)") MB/s) | $(ratio "$(m ra0)" "$(m ra4)")x | >= 3x |
+| unthrottled cold: mount vs the share's file directly | $(m cold) s ($(rate "$(m cold)") MB/s) | $(m direct) s ($(rate "$(m direct)") MB/s) | $(ratio "$(m direct)" "$(m cold)") | >= 0.8 |
+| warm re-read: mount (block cache) vs a local file | $(m warm) s ($(rate "$(m warm)") MB/s) | $(m local) s ($(rate "$(m local)") MB/s) | $(ratio "$(m local)" "$(m warm)") | >= 0.8 |
+
+Raw seconds: ra4 ${RAW[ra4]}| ra0 ${RAW[ra0]}| cold ${RAW[cold]}| direct ${RAW[direct]}| warm ${RAW[warm]}| local ${RAW[local]}
+EOF
+)
+echo "$table"
+if ((APPEND)); then
+	echo "$table" >>"$RESULTS"
+	log "bench: appended to $RESULTS"
+fi
