@@ -102,6 +102,7 @@ static void print_status(const char *reply)
 	char mnt[4096], remote[4096], mode[64], pend[32], rd[32], wr[32],
 		rate[32], resent[32];
 	long long eta = json_num(reply, "eta_s");
+	const char *c;
 
 	json_str(reply, "mountpoint", mnt, sizeof(mnt));
 	json_str(reply, "remote", remote, sizeof(remote));
@@ -133,6 +134,22 @@ static void print_status(const char *reply)
 	       json_num(reply, "conflicts"));
 	printf("  remote: %s read, %s written, %lld operations\n", rd, wr,
 	       json_num(reply, "remote_ops"));
+	if ((c = strstr(reply, "\"cache\": {"))) {
+		char cb[32], cm[32], ra[32];
+		long long hits = json_num(c, "hits"),
+			  misses = json_num(c, "misses");
+
+		human_bytes(json_num(c, "bytes"), cb, sizeof(cb));
+		human_bytes(json_num(c, "max_bytes"), cm, sizeof(cm));
+		human_bytes(json_num(c, "readahead_bytes"), ra, sizeof(ra));
+		printf("  cache: %s of %s, hit rate %.0f%% (%lld of %lld "
+		       "blocks), read-ahead %s\n",
+		       cb, cm,
+		       hits + misses ? 100.0 * (double)hits /
+					       (double)(hits + misses)
+				     : 0.0,
+		       hits, hits + misses, ra);
+	}
 }
 
 /* One line of progress, rewritten in place on a terminal. */
@@ -252,7 +269,7 @@ static int ask(const char *mnt, const char *cmd, bool json)
 		/* on a terminal: live while the flush goes on */
 		for (;;) {
 			print_status(reply);
-			lines = 7;
+			lines = strstr(reply, "\"cache\": {") ? 8 : 7;
 			if (!live || !strstr(reply, "\"mode\": \"write-back\"") ||
 			    strstr(reply, "\"drained\": true") ||
 			    strstr(reply, "\"paused\": true"))
