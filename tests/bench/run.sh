@@ -686,6 +686,7 @@ want sshfs && sshd_up
 { want rclone-copy || want rclone-mount; } && rclone_env
 say "NAS: rate $NAS_RATE, flow cap $NAS_FLOW_CAP, clients to $HOST$([[ -n $OPT_DELAY ]] && echo " (delay line, $NAS_DELAY_MS ms one way)"); $RUNS run(s)"
 T_START=$(now)
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 for ((RUN = 1; RUN <= RUNS; RUN++)); do
 	say "run $RUN/$RUNS: iperf3"
 	g_iperf || true
@@ -709,6 +710,7 @@ for ((RUN = 1; RUN <= RUNS; RUN++)); do
 	done
 done
 T_TOTAL=$(secs "$T_START" "$(now)")
+LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # --- table -----------------------------------------------------------------------------------------
 median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[++n] = $1 } END { if (!n) exit 1; print (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }'; }
@@ -769,7 +771,7 @@ report() {
 	echo "- clients: libnfs-utils $(dpkg-query -W -f='${Version}' libnfs-utils), smbclient $(dpkg-query -W -f='${Version}' smbclient), sshfs $(dpkg-query -W -f='${Version}' sshfs), rclone $(dpkg-query -W -f='${Version}' rclone), iperf3 $(dpkg-query -W -f='${Version}' iperf3)"
 	echo "- machine: $(machine); NAS directories on $(df -P "$NAS_EXPORT_DIR" | awk 'NR == 2 { print $1 }')"
 	echo "- workloads: ${WL_LABEL[big]} ($((WL_BYTES[big])) B), ${WL_LABEL[four]} ($((WL_BYTES[four])) B), ${WL_LABEL[tree]} of 1-16 KiB in 100 dirs ($((WL_BYTES[tree])) B); sources on tmpfs, random bytes"
-	echo "- method: $RUNS run(s), median; sync + drop_caches before every measurement; every write checked by SHA-256 on the NAS side, every read locally; whole run ${T_TOTAL} s"
+	echo "- method: $RUNS run(s), median; sync + drop_caches before every measurement; every write checked by SHA-256 on the NAS side, every read locally; whole run ${T_TOTAL} s; load average at start $LOAD_START, at end $LOAD_END (other work on the machine shows up in the figures)"
 	echo "- cell: median time · MB/s (10^6 B/s) · ratio = (bytes / iperf3 -P4 rate of that direction) / time (1.00 = the link's speed)"
 	echo
 	printf '| row | %s | %s | %s |\n' "${WL_LABEL[big]}" "${WL_LABEL[four]}" "${WL_LABEL[tree]}"
@@ -784,7 +786,7 @@ report() {
 	echo "Raw seconds per run (iperf3: Gbit/s):"
 	echo
 	for id in iperf-p1 iperf-p4 iperf-p1r iperf-p4r; do
-		echo "- $id: $(for v in ${IPERF[$id]:-}; do printf '%.3f ' "$v"; done)"
+		echo "- $id: $(for v in ${IPERF[$id]:-}; do printf '%.3f\n' "$v"; done | paste -sd' ')"
 	done
 	for id in "${ROW_ORDER[@]}"; do
 		[[ $id == iperf-* ]] && continue
@@ -794,7 +796,7 @@ report() {
 			[[ -n ${NA_CELLS["$id|$w"]:-} ]] && continue
 			line+=" $w: $(echo ${VALS["$id|$w"]:-none});"
 		done
-		echo "${line%;}"
+		[[ $line == "- $id:" ]] || echo "${line%;}"
 	done
 	local any=0 k
 	for k in "${!FAILS[@]}"; do
