@@ -18,7 +18,8 @@
 #   rclone-copy   rclone copy --transfers 4, smb backend, push and pull
 #   rclone-mount  rclone mount --vfs-cache-mode writes (smb): cp, and until
 #                 the data is on the NAS
-#   ferryfs-nfs   ferryfs on nfs://: cp, until flush --wait returns, cold read
+#   ferryfs-nfs   ferryfs on nfs://: cp, until flush --wait returns, cold read;
+#                 and cp to local disk, what ferryfs's cp compares with
 #   ferryfs-smb   ferryfs on smb://: the same ("n/a" without the smb driver)
 # Each figure is the median of --runs (3) runs; its ratio is the time the
 # link needs for the same bytes (size / iperf3 -P4 rate of that direction,
@@ -618,6 +619,7 @@ g_rclone_mount() {
 }
 
 # --- ferryfs ----------------------------------------------------------------------------------
+row fnfs-local push "cp -r to local disk (/var/tmp): what ferryfs's cp compares with"
 row fnfs-cp push "ferryfs nfs://: cp -r (returns)"
 row fnfs-flush push "ferryfs nfs://: until flush --wait returns (from the start of cp)"
 row fnfs-read pull "ferryfs nfs://: cold read, cp -r from a fresh mount"
@@ -625,10 +627,10 @@ row fsmb-cp push "ferryfs smb://: cp -r (returns)"
 row fsmb-flush push "ferryfs smb://: until flush --wait returns (from the start of cp)"
 row fsmb-read pull "ferryfs smb://: cold read, cp -r from a fresh mount"
 FSMB_NA=
-ferry_mount() { # PREFIX URL [EXTRA_OPTS]: a fresh journal
-	rm -rf "$WORK/journal"
+ferry_mount() { # PREFIX URL [EXTRA_OPTS]: a fresh journal and cache
+	rm -rf "$WORK/journal" "$WORK/cache"
 	"${CLI[@]}" "$FERRYFS" mount "$2" "$MNT" -f \
-		-o "journal=$WORK/journal,streams=$STREAMS${3:+,$3}" >>"$LOGS/$1.log" 2>&1 &
+		-o "journal=$WORK/journal,cache=$WORK/cache,streams=$STREAMS${3:+,$3}" >>"$LOGS/$1.log" 2>&1 &
 	MOUNTS[$MNT]=$!
 	wait_mounted "$MNT" "${MOUNTS[$MNT]}"
 }
@@ -639,6 +641,16 @@ g_ferry() {
 	if [[ -n $FSMB_NA && $p == fsmb ]]; then
 		na fsmb-cp "$w" "$FSMB_NA" && na fsmb-flush "$w" "$FSMB_NA" && na fsmb-read "$w" "$FSMB_NA"
 		return 0
+	fi
+	if [[ $p == fnfs ]]; then # the local-disk baseline of cp
+		dst=$(local_dir)
+		drop_caches
+		if timed "$log" cp -r "$SHM/$w/." "$dst/"; then
+			res fnfs-local "$w" "$T"
+		else
+			fail fnfs-local "$w" "cp failed ($(lastlog "$log"))"
+		fi
+		rm -rf "$dst"
 	fi
 	"$mk" "$d"
 	drop_caches
@@ -677,7 +689,7 @@ g_ferry() {
 		fail "$p-read" "$w" "mount or cp failed ($(lastlog "$log"))"
 	fi
 	unmount "$MNT"
-	rm -rf "$WORK/journal" "$dst"
+	rm -rf "$WORK/journal" "$WORK/cache" "$dst"
 	"$rmf" "$d"
 }
 
