@@ -408,14 +408,22 @@ void cache_ra_note(struct cache_ra *ra, struct cache_ra_file *f,
 	if (off < 0 || !len)
 		return;
 	end = (uint64_t)off + len;
-	if ((uint64_t)f->last_end != (uint64_t)off) {
+	/* sequential: right after the previous read; once a reader is
+	 * sequential (window > 0), anywhere within a window of where it is,
+	 * since the kernel's own read-ahead sends several reads at once and
+	 * our threads take them in any order */
+	if ((uint64_t)f->last_end != (uint64_t)off &&
+	    (!f->window ||
+	     (uint64_t)off + (uint64_t)f->window * bs < (uint64_t)f->last_end ||
+	     (uint64_t)off > (uint64_t)f->last_end + (uint64_t)f->window * bs)) {
 		/* random: no window, nothing ahead */
 		f->window = 0;
 		f->next_index = 0;
 		f->last_end = (off_t)end;
 		return;
 	}
-	f->last_end = (off_t)end;
+	if (end > (uint64_t)f->last_end)
+		f->last_end = (off_t)end;
 	read_blocks = (len + bs - 1) / bs;
 	f->window = f->window ? f->window * 2 : 1;
 	if (f->window < read_blocks)
