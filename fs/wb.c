@@ -414,41 +414,46 @@ static int scan_names(const char *name, jnl_id id, void *arg)
  * Is the directory empty in the merged view? @id its node (0: a remote
  * directory the journal does not know, at @path).
  */
+static int cmp_name(const void *a, const void *b)
+{
+	return strcmp(a, b);
+}
+
 static int merged_empty(struct fs *fs, jnl_id id, const char *path)
 {
-	struct dir_scan s = { .fs = fs, .dir = id };
+	struct dir_scan s = { .fs = fs, .dir = id, .collect = true };
 	struct rmt_listing l = { 0 };
 	char rp[PATH_MAX];
 	size_t i;
 	int rc;
 
+	/* the journal first, then the share: a name the share still lists
+	 * was whited out here before its removal reached the share, and
+	 * its whiteout goes only after that (the other order races) */
 	if (id) {
 		rc = jnl_readdir(fs->jnl, id, scan_names, &s);
-		if (rc < 0 && rc != 1)
-			return rc;
-		if (s.found)
-			return -ENOTEMPTY;
-		rc = id_rpath(fs, id, NULL, rp);
-		if (rc == -ENOENT)
-			return 0; /* not on the remote: nothing there */
+		if (rc == 0 && s.found)
+			rc = -ENOTEMPTY;
+		if (rc == 0)
+			rc = id_rpath(fs, id, NULL, rp);
 		if (rc < 0)
-			return rc;
+			goto out;
 		path = rp;
 	}
 	rc = rmt_list(fs->rmt, path, &l);
 	if (remote_down(rc) && id && created_here(fs, id))
 		rc = 0; /* l is empty or partial: the journal answers */
 	for (i = 0; rc == 0 && i < l.n; i++) {
-		jnl_id cid;
-		bool whiteout = false;
-
-		if (id)
-			jnl_lookup(fs->jnl, id, l.e[i].name, &cid, &whiteout);
-		if (!whiteout)
+		/* whiteouts are the only names left in s (s.found is false) */
+		if (!s.n || !bsearch(l.e[i].name, s.names, s.n,
+				     sizeof(*s.names), cmp_name))
 			rc = -ENOTEMPTY;
 	}
+out:
 	rmt_listing_release(&l);
-	return rc;
+	free(s.names);
+	free(s.ids);
+	return rc == -ENOENT && id ? 0 : rc; /* not on the remote: empty */
 }
 
 /* --- entries ------------------------------------------------------------- */
@@ -1402,11 +1407,6 @@ static int listing_add(struct listing *d, const char *name, jnl_id id,
 	l->e[l->n].st = *st;
 	(*d->ids)[l->n++] = id;
 	return 0;
-}
-
-static int cmp_name(const void *a, const void *b)
-{
-	return strcmp(a, b);
 }
 
 int fs_wb_dir_fill(struct fs *fs, struct fs_inode *n, struct rmt_listing *l,

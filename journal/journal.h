@@ -260,7 +260,9 @@ int jnl_lookup(struct jnl *j, jnl_id parent, const char *name, jnl_id *id,
  * caller has checked the remote side first (that a new name is free there,
  * that a directory is empty there) and has imported what it names (a
  * rename's or link's source, an EXCHANGE target, a parent).
- * Removing a name leaves a whiteout unless the parent is LOCAL.
+ * Removing a name leaves a whiteout (also under a LOCAL parent: the node's
+ * pending ops put the name on the remote for a while) unless the removal
+ * cancelled the node's create.
  * Errors: -EEXIST, -ENOENT, -ENOTDIR, -EISDIR, -ENOTEMPTY (rmdir or rename
  * over a directory with entries in the journal), -EPERM (link of a
  * directory), -EINVAL (rename of a directory into itself, bad flags),

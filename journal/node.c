@@ -10,9 +10,12 @@
  * aborted: nothing changed.
  *
  * Whiteouts. Removing a name (unlink, rmdir, the source of a rename) leaves a
- * whiteout unless the parent is LOCAL: a directory the remote does not have
- * cannot have remote entries to hide. The whiteout records the seq of the op
- * that made it and is dropped when that op is acknowledged.
+ * whiteout, also under a LOCAL parent: the directory does not exist on the
+ * remote yet, but the pending ops of the node put the name there (after the
+ * directory's create) until the removing op is replayed, and a listing of
+ * the remote meanwhile must not show it. Only a cancelled create leaves
+ * none (the remote never sees the name). The whiteout records the seq of
+ * the op that made it and is dropped when that op is acknowledged.
  *
  * Cancellation. Unlinking the only name of a LOCAL node whose create op is
  * pending, not handed out, and the only op naming the node (nops == 1)
@@ -915,9 +918,10 @@ static int remove_name(struct jnl *j, jnl_id parent, const char *name,
 		else
 			rc = jnl_dentry_del(j, w.txn, parent, name);
 		n->r.create_seq = 0;
-	} else if (p->r.flags & JNL_NODE_LOCAL) {
-		rc = jnl_dentry_del(j, w.txn, parent, name);
 	} else {
+		/* also under a LOCAL parent: the node's ops (its create,
+		 * not cancelled: a setattr or a write named it too) will put
+		 * the name on the remote until this op takes it away */
 		rc = jnl_dentry_put(j, w.txn, parent, name, 0, seq);
 	}
 	if (rc)
@@ -1067,8 +1071,8 @@ static int rename_move(struct nset *s, jnl_id parent, const char *name,
 	rc = jnl_dentry_put(w->j, w->txn, newparent, newname, o->r.id, 0);
 	if (rc)
 		return rc;
-	if (p->r.flags & JNL_NODE_LOCAL)
-		return jnl_dentry_del(w->j, w->txn, parent, name);
+	/* a whiteout also under a LOCAL parent: the node's create puts the
+	 * old name on the remote until this rename moves it */
 	return jnl_dentry_put(w->j, w->txn, parent, name, 0, w->m.next_seq);
 }
 
