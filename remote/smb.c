@@ -160,7 +160,9 @@ enum op {
 	OP_CHMOD, /* p1, a = mode */
 	OP_UTIMES, /* p1, a/b = atime s/ns, c/d = mtime s/ns */
 	OP_OPEN, /* p1, a = flags; rep.rc: the handle */
-	OP_CLOSE, /* h */
+	OP_DETACH, /* h: close its SMB handle, reopened on next use */
+	OP_REPATH, /* h: its name is p1 now */
+	OP_CLOSE, /* h; every op after this one is on a file */
 	OP_PREAD, /* h, a = offset, b = length */
 	OP_PWRITE, /* h, a = offset, data */
 	OP_FSTAT, /* h */
@@ -204,7 +206,25 @@ struct sfile {
 	struct rmt_file base; /* first */
 	uint64_t h; /* the worker's handle (invariant 3) */
 	unsigned int wgen; /* of the worker that opened it */
+	struct sfile *next; /* protected by opened.lock */
+	char *path; /* its name now; protected by opened.lock */
+	bool aside; /* path is a SET_ASIDE name; protected by opened.lock */
 };
+
+/*
+ * The open files of this process, of all connections (set_aside()).
+ * Lock order: opened.lock before any srmt's lock; srmt locks in address
+ * order.
+ */
+#define SET_ASIDE ".ferryfs-unlinked-"
+static struct {
+	pthread_mutex_t lock;
+	struct sfile *head; /* protected by lock */
+	unsigned long seq; /* protected by lock: set-aside names */
+	/* files out of head whose CLOSE is under way; protected by lock */
+	unsigned int closing;
+	pthread_cond_t closed; /* closing went down */
+} opened = { PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, PTHREAD_COND_INITIALIZER };
 
 static struct srmt *to_srmt(struct rmt *r)
 {
@@ -325,6 +345,7 @@ struct worker {
 	struct conf *cf;
 	int fd;
 	pid_t parent;
+	int name_err; /* of the request's paths: make_url() */
 	SMBCCTX *ctx;
 	unsigned int gen; /* bumped by every new context */
 	bool lost; /* a lost connection was logged */
@@ -342,6 +363,33 @@ static bool name_char_plain(unsigned char c)
 	       c == '~' || c == '/';
 }
 
+/* Is s[0, len) valid UTF-8 (SMB names are Unicode)? */
+static bool utf8_valid(const char *s, size_t len)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	size_t i = 0, n, k;
+
+	while (i < len) {
+		if (u[i] < 0x80)
+			n = 1;
+		else if ((u[i] & 0xe0) == 0xc0 && u[i] >= 0xc2)
+			n = 2;
+		else if ((u[i] & 0xf0) == 0xe0)
+			n = 3;
+		else if ((u[i] & 0xf8) == 0xf0 && u[i] <= 0xf4)
+			n = 4;
+		else
+			return false;
+		if (n > len - i)
+			return false;
+		for (k = 1; k < n; k++)
+			if ((u[i + k] & 0xc0) != 0x80)
+				return false;
+		i += n;
+	}
+	return true;
+}
+
 /* base + "/" + percent-encoded path (libsmbclient decodes %XX and takes
  * '?' as the start of options). -EINVAL for a backslash. */
 static int make_url(struct worker *w, char *url, const char *path, size_t len)
@@ -349,6 +397,8 @@ static int make_url(struct worker *w, char *url, const char *path, size_t len)
 	static const char hex[] = "0123456789ABCDEF";
 	size_t n = strlen(w->cf->base), i;
 
+	if (!utf8_valid(path, len))
+		return -EILSEQ;
 	memcpy(url, w->cf->base, n);
 	if (len)
 		url[n++] = '/';
@@ -584,37 +634,73 @@ static int w_readdir(struct worker *w, const char *url, size_t *len)
 	return rc;
 }
 
-/* rename(2) semantics over libsmbclient's (see the top of this file). */
+/*
+ * unlink(2): its permission is the directory's, not the file's; SMB
+ * refuses to delete a read-only file (DOS attribute, from a chmod without
+ * S_IWUSR), so that attribute is cleared and the unlink tried again (the
+ * kernel's CIFS client does the same).
+ */
+static int w_unlink(struct worker *w, const char *url)
+{
+	struct stat st;
+	int e;
+
+	if (smbc_getFunctionUnlink(w->ctx)(w->ctx, url) == 0)
+		return 0;
+	e = errno;
+	/* NT_STATUS_CANNOT_DELETE is EINVAL for libsmbclient 4.17 */
+	if (e != EACCES && e != EPERM && e != EINVAL)
+		return -e;
+	if (smbc_getFunctionStat(w->ctx)(w->ctx, url, &st) < 0 ||
+	    (st.st_mode & S_IWUSR) || S_ISDIR(st.st_mode))
+		return -e;
+	if (smbc_getFunctionChmod(w->ctx)(w->ctx, url, 0644) < 0)
+		return -EACCES;
+	if (smbc_getFunctionUnlink(w->ctx)(w->ctx, url) == 0)
+		return 0;
+	return -errno;
+}
+
+/*
+ * rename(2) semantics over libsmbclient's (see the top of this file). An
+ * open file in the way (no FILE_SHARE_DELETE in libsmbclient's opens) is
+ * -EBUSY: the parent then moves it aside (set_aside()).
+ */
 static int w_rename(struct worker *w, const char *from, const char *to,
 		    int64_t flags)
 {
+	smbc_rename_fn rename_fn = smbc_getFunctionRename(w->ctx);
+	smbc_stat_fn stat_fn = smbc_getFunctionStat(w->ctx);
 	struct stat sf, st;
 
 	if (flags & RMT_RENAME_EXCHANGE)
 		return -EINVAL;
-	if (flags & RMT_RENAME_NOREPLACE) {
-		if (smbc_getFunctionStat(w->ctx)(w->ctx, to, &st) == 0)
+	if (stat_fn(w->ctx, from, &sf) < 0)
+		return -errno;
+	if (stat_fn(w->ctx, to, &st) == 0) {
+		if (flags & RMT_RENAME_NOREPLACE)
 			return -EEXIST;
-		if (errno != ENOENT)
-			return -errno;
+		if (sf.st_ino == st.st_ino && sf.st_dev == st.st_dev)
+			return 0; /* the same file: nothing to do */
+		if (S_ISDIR(st.st_mode) && !S_ISDIR(sf.st_mode))
+			return -EISDIR;
+		if (!S_ISDIR(st.st_mode) && S_ISDIR(sf.st_mode))
+			return -ENOTDIR;
+		/* POSIX replaces the target (an empty directory); SMB2 as
+		 * libsmbclient speaks it does not */
+		if (S_ISDIR(st.st_mode)) {
+			if (smbc_getFunctionRmdir(w->ctx)(w->ctx, to) < 0)
+				return -errno;
+		} else {
+			int rc = w_unlink(w, to);
+
+			if (rc < 0)
+				return rc;
+		}
+	} else if (errno != ENOENT) {
+		return -errno;
 	}
-	if (smbc_getFunctionRename(w->ctx)(w->ctx, from, w->ctx, to) == 0)
-		return 0;
-	if (errno != EEXIST)
-		return -errno;
-	/* a directory in the way: POSIX replaces it if it is empty */
-	if (smbc_getFunctionStat(w->ctx)(w->ctx, from, &sf) < 0 ||
-	    smbc_getFunctionStat(w->ctx)(w->ctx, to, &st) < 0)
-		return -errno;
-	if (S_ISDIR(st.st_mode) && !S_ISDIR(sf.st_mode))
-		return -EISDIR;
-	if (!S_ISDIR(st.st_mode) && S_ISDIR(sf.st_mode))
-		return -ENOTDIR;
-	if (!S_ISDIR(st.st_mode))
-		return -EEXIST;
-	if (smbc_getFunctionRmdir(w->ctx)(w->ctx, to) < 0)
-		return -errno;
-	if (smbc_getFunctionRename(w->ctx)(w->ctx, from, w->ctx, to) < 0)
+	if (rename_fn(w->ctx, from, w->ctx, to) < 0)
 		return -errno;
 	return 0;
 }
@@ -758,7 +844,7 @@ static void worker_do(struct worker *w, const struct req *q, struct rep *rep,
 
 	*out = NULL;
 	*olen = 0;
-	if (q->op >= OP_CLOSE && q->op != OP_CLOSE) {
+	if (q->op > OP_CLOSE) {
 		rc = file_fh(w, wf, &fh);
 		if (rc < 0)
 			goto out;
@@ -791,6 +877,12 @@ static void worker_do(struct worker *w, const struct req *q, struct rep *rep,
 		rc = smbc_getFunctionStatVFS(c)(c, w->url1, sv) < 0 ? -errno :
 								      0;
 		if (rc == 0) {
+			/* libsmbclient 4.17: f_bsize is bytes per sector,
+			 * f_frsize sectors per allocation unit (a block) */
+			unsigned long unit =
+				sv->f_bsize * (sv->f_frsize ? sv->f_frsize : 1);
+
+			sv->f_bsize = sv->f_frsize = unit;
 			if (!sv->f_namemax)
 				sv->f_namemax = 255;
 			*out = sv;
@@ -810,7 +902,7 @@ static void worker_do(struct worker *w, const struct req *q, struct rep *rep,
 		rc = smbc_getFunctionRmdir(c)(c, w->url1) < 0 ? -errno : 0;
 		break;
 	case OP_UNLINK:
-		rc = smbc_getFunctionUnlink(c)(c, w->url1) < 0 ? -errno : 0;
+		rc = w_unlink(w, w->url1);
 		break;
 	case OP_RENAME:
 		rc = w_rename(w, w->url1, w->url2, q->a);
@@ -842,6 +934,23 @@ static void worker_do(struct worker *w, const struct req *q, struct rep *rep,
 	case OP_CLOSE:
 		w_close(w, wf, &rc);
 		break;
+	case OP_DETACH:
+		if (wf->fh && wf->gen == w->gen &&
+		    smbc_getFunctionClose(c)(c, wf->fh) < 0)
+			rc = -errno;
+		wf->fh = NULL;
+		break;
+	case OP_REPATH: {
+		char *url = strdup(w->url1);
+
+		if (!url) {
+			rc = -ENOMEM;
+			break;
+		}
+		free(wf->url);
+		wf->url = url;
+		break;
+	}
 	case OP_PREAD:
 		rc = w_pread(w, fh, w->buf, (size_t)q->b, (off_t)q->a);
 		if (rc > 0) {
@@ -923,16 +1032,15 @@ static int worker_read_req(struct worker *w, struct req *q)
 		if (rc < 0)
 			return rc;
 	}
-	rc = make_url(w, w->url1, w->buf, need);
-	if (rc < 0)
-		q->op |= 0x80000000u; /* answered -EINVAL below */
+	/* a name SMB cannot carry is answered with its error */
+	w->name_err = make_url(w, w->url1, w->buf, need);
 	if (q->len2) {
-		int rc2 = recv_all(w->fd, w->buf, q->len2);
-
-		if (rc2 < 0)
-			return rc2;
-		if (make_url(w, w->url2, w->buf, q->len2) < 0)
-			q->op |= 0x80000000u;
+		rc = recv_all(w->fd, w->buf, q->len2);
+		if (rc < 0)
+			return rc;
+		rc = make_url(w, w->url2, w->buf, q->len2);
+		if (w->name_err == 0)
+			w->name_err = rc;
 	}
 	if (q->op == OP_PREAD) {
 		if ((uint64_t)q->b > IO_MAX)
@@ -965,8 +1073,8 @@ static void worker_main(struct worker *w)
 				strerror(-rc));
 			_exit(1);
 		}
-		if (q.op & 0x80000000u)
-			rep.rc = -EINVAL;
+		if (w->name_err < 0)
+			rep.rc = w->name_err;
 		else if (!w->ctx && (rc = ctx_new(w)) < 0)
 			rep.rc = rc;
 		else
@@ -1015,7 +1123,7 @@ static void worker_start(struct conf *cf, int fd, pid_t parent, bool deathsig)
 /* --- the parent's side ------------------------------------------------- */
 
 /*
- * One round trip (invariant 2): request q with paths p1, p2 (may be NULL)
+ * One round trip (invariant 2), call_locked() under s->lock: request q with paths p1, p2 (may be NULL)
  * and data; the reply's data goes to out (at most osize bytes), or to a
  * malloc'ed *dyn if dyn is given (caller frees). Returns rep.rc.
  */
@@ -1049,9 +1157,10 @@ static int exchange(int fd, struct iovec *iov, int n, struct rep *rep,
 
 static int spawn(struct srmt *s);
 
-static int64_t call(struct srmt *s, struct req *q, const char *p1,
-		    const char *p2, const void *data, size_t dlen, void *out,
-		    size_t osize, void **dyn, size_t *olen)
+/* One round trip; s->lock held. */
+static int64_t call_locked(struct srmt *s, struct req *q, const char *p1,
+			   const char *p2, const void *data, size_t dlen,
+			   void *out, size_t osize, void **dyn, size_t *olen)
 {
 	struct iovec iov[4];
 	struct rep rep;
@@ -1072,30 +1181,35 @@ static int64_t call(struct srmt *s, struct req *q, const char *p1,
 					   .iov_len = dlen };
 	if (olen)
 		*olen = 0;
-	pthread_mutex_lock(&s->lock);
 	if (s->owner != getpid() && q->op != OP_HELLO) {
 		/* we are a fork (fuse_daemonize): the worker is not ours */
 		rc = spawn(s);
-		if (rc < 0) {
-			pthread_mutex_unlock(&s->lock);
+		if (rc < 0)
 			return rc;
-		}
 	}
-	if (s->dead || (q->h && q->wgen != s->wgen)) {
-		pthread_mutex_unlock(&s->lock);
+	if (s->dead || (q->h && q->wgen != s->wgen))
 		return -EIO; /* a file of a worker that is gone */
-	}
 	rc = exchange(s->fd, iov, n, &rep, out, osize, dyn, olen);
 	if (rc < 0) {
 		/* out of step or gone: never used again (invariant 2) */
 		s->dead = true;
 		LOG_ERR("smb '%s': worker %d lost: %s", s->base.id, (int)s->pid,
 			strerror(-rc));
-		pthread_mutex_unlock(&s->lock);
 		return -EIO;
 	}
-	pthread_mutex_unlock(&s->lock);
 	return rep.rc;
+}
+
+static int64_t call(struct srmt *s, struct req *q, const char *p1,
+		    const char *p2, const void *data, size_t dlen, void *out,
+		    size_t osize, void **dyn, size_t *olen)
+{
+	int64_t rc;
+
+	pthread_mutex_lock(&s->lock);
+	rc = call_locked(s, q, p1, p2, data, dlen, out, osize, dyn, olen);
+	pthread_mutex_unlock(&s->lock);
+	return rc;
 }
 
 static int call_path(struct srmt *s, uint32_t op, const char *p1,
@@ -1186,6 +1300,8 @@ static int srmt_readdir(struct rmt *r, const char *path, rmt_dirent_fn fn,
 		memcpy(name, p, nl);
 		name[nl] = '\0';
 		pos += 3 + (have ? sizeof(st) : 0) + nl;
+		if (!strncmp(name, SET_ASIDE, strlen(SET_ASIDE)))
+			continue; /* an unlinked file still open */
 		rc = fn(name, have ? &st : NULL, arg);
 	}
 	free(list);
@@ -1203,9 +1319,206 @@ static int srmt_rmdir(struct rmt *r, const char *path)
 	return call_path(to_srmt(r), OP_RMDIR, path, NULL, 0);
 }
 
+static int cmp_ptr(const void *a, const void *b)
+{
+	uintptr_t x = (uintptr_t) * (void *const *)a;
+	uintptr_t y = (uintptr_t) * (void *const *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Is f at p, or below p with @below? */
+static bool at_or_below(const struct sfile *f, const char *p, bool below)
+{
+	size_t n = strlen(p);
+
+	if (strncmp(f->path, p, n))
+		return false;
+	return f->path[n] == '\0' || (below && f->path[n] == '/');
+}
+
+/*
+ * An unlink (to NULL) or rename that SMB refused because files open here
+ * are in the way (top of file, "Open files"): close their handles, move
+ * the file at the name being removed or replaced to a hidden name in its
+ * directory (SET_ASIDE), do the rename, give the files their new names.
+ * Returns 2 if no open file of ours was in the way (after waiting for
+ * the closes under way: the caller waits a little and tries again; Samba
+ * may answer busy for a moment after the CLOSE of another connection),
+ * else the call's result.
+ */
+static int set_aside(struct srmt *s, const char *from, const char *to,
+		     unsigned int flags)
+{
+	const char *victim = to ? to : from;
+	struct sfile **fs = NULL, *f;
+	struct srmt **ss = NULL;
+	char *aside = NULL;
+	size_t n = 0, ns = 0, i, k;
+	int rc = 2;
+
+	pthread_mutex_lock(&opened.lock);
+	for (f = opened.head; f; f = f->next)
+		n++;
+	fs = calloc(n ? n : 1, sizeof(*fs));
+	ss = calloc(n + 1, sizeof(*ss));
+	if (!fs || !ss) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	n = 0;
+	for (f = opened.head; f; f = f->next)
+		if (at_or_below(f, victim, false) ||
+		    (to && at_or_below(f, from, true)))
+			fs[n++] = f;
+	if (n == 0) {
+		/* a CLOSE in flight (FUSE's release runs next to the unlink
+		 * that follows it): wait for it, then the caller tries again */
+		if (opened.closing) {
+			struct timespec until;
+
+			clock_gettime(CLOCK_REALTIME, &until);
+			until.tv_sec += 2;
+			while (opened.closing &&
+			       pthread_cond_timedwait(&opened.closed,
+						      &opened.lock,
+						      &until) == 0)
+				;
+		}
+		goto out;
+	}
+	ss[ns++] = s;
+	for (i = 0; i < n; i++)
+		ss[ns++] = to_srmt(fs[i]->base.r);
+	qsort(ss, ns, sizeof(*ss), cmp_ptr);
+	for (i = k = 0; i < ns; i++)
+		if (i == 0 || ss[i] != ss[k - 1])
+			ss[k++] = ss[i];
+	ns = k;
+	for (i = 0; i < ns; i++)
+		pthread_mutex_lock(&ss[i]->lock);
+	for (i = 0; i < n; i++) {
+		struct req q = { .op = OP_DETACH,
+				 .h = fs[i]->h,
+				 .wgen = fs[i]->wgen };
+
+		call_locked(to_srmt(fs[i]->base.r), &q, NULL, NULL, NULL, 0,
+			    NULL, 0, NULL, NULL);
+	}
+	rc = 0;
+	for (i = 0; i < n && !aside; i++) {
+		const char *slash = strrchr(victim, '/');
+		int dl = slash ? (int)(slash - victim + 1) : 0;
+		struct req q = { .op = OP_RENAME };
+
+		if (!at_or_below(fs[i], victim, false))
+			continue;
+		if (asprintf(&aside, "%.*s%s%d-%lu", dl, victim, SET_ASIDE,
+			     (int)getpid(), ++opened.seq) < 0) {
+			aside = NULL;
+			rc = -ENOMEM;
+			break;
+		}
+		rc = (int)call_locked(s, &q, victim, aside, NULL, 0, NULL, 0,
+				      NULL, NULL);
+		if (rc < 0) {
+			free(aside);
+			aside = NULL;
+			break;
+		}
+	}
+	if (rc == 0 && to) {
+		struct req q = { .op = OP_RENAME, .a = flags };
+
+		rc = (int)call_locked(s, &q, from, to, NULL, 0, NULL, 0, NULL,
+				      NULL);
+	}
+	for (i = 0; i < n; i++) {
+		struct req q = { .op = OP_REPATH,
+				 .h = fs[i]->h,
+				 .wgen = fs[i]->wgen };
+		char *np = NULL;
+
+		f = fs[i];
+		if (aside && at_or_below(f, victim, false)) {
+			np = strdup(aside);
+			f->aside = np != NULL;
+		} else if (rc == 0 && to && at_or_below(f, from, true)) {
+			if (asprintf(&np, "%s%s", to, f->path + strlen(from)) <
+			    0)
+				np = NULL;
+		}
+		if (!np)
+			continue; /* keeps its name */
+		free(f->path);
+		f->path = np;
+		call_locked(to_srmt(f->base.r), &q, np, NULL, NULL, 0, NULL, 0,
+			    NULL, NULL);
+	}
+	for (i = ns; i-- > 0;)
+		pthread_mutex_unlock(&ss[i]->lock);
+out:
+	pthread_mutex_unlock(&opened.lock);
+	free(aside);
+	free(ss);
+	free(fs);
+	return rc;
+}
+
+/*
+ * Close the SMB handles of the files open at path, on every connection
+ * (they reopen on their next use): a time set by name while a handle that
+ * wrote is open is overwritten by the server when that handle closes
+ * (SMB's write time at close). Errors are left to the call that follows.
+ */
+static void detach_at(const char *path)
+{
+	struct sfile *f;
+
+	pthread_mutex_lock(&opened.lock);
+	for (f = opened.head; f; f = f->next) {
+		struct req q = { .op = OP_DETACH, .h = f->h, .wgen = f->wgen };
+
+		if (strcmp(f->path, path))
+			continue;
+		/* opened.lock before the srmt lock (lock order) */
+		call(to_srmt(f->base.r), &q, NULL, NULL, NULL, 0, NULL, 0, NULL,
+		     NULL);
+	}
+	pthread_mutex_unlock(&opened.lock);
+}
+
+/* The name of an open file now (a copy; NULL if out of memory). */
+static char *path_of(struct sfile *f)
+{
+	char *p;
+
+	pthread_mutex_lock(&opened.lock);
+	p = strdup(f->path);
+	pthread_mutex_unlock(&opened.lock);
+	return p;
+}
+
+/* Tries of an unlink or rename refused as busy with nothing of ours in
+ * the way; the k-th waits k * BUSY_WAIT_US before (about 1 s in all). */
+#define BUSY_TRIES 8
+#define BUSY_WAIT_US 30000
+
 static int srmt_unlink(struct rmt *r, const char *path)
 {
-	return call_path(to_srmt(r), OP_UNLINK, path, NULL, 0);
+	int rc = -EBUSY, k = 2, tries = 0;
+
+	while (k == 2 && tries < BUSY_TRIES) {
+		if (tries++)
+			usleep((useconds_t)(tries - 1) * BUSY_WAIT_US);
+		rc = call_path(to_srmt(r), OP_UNLINK, path, NULL, 0);
+		if (rc != -EBUSY && rc != -EACCES)
+			return rc;
+		k = set_aside(to_srmt(r), path, NULL, 0);
+		if (k <= 0 || rc == -EACCES)
+			return k <= 0 ? k : rc; /* EACCES: not a busy file */
+	}
+	return rc;
 }
 
 static int srmt_mknod(struct rmt *r, const char *path, mode_t mode, dev_t rdev)
@@ -1240,9 +1553,21 @@ static int srmt_link(struct rmt *r, const char *from, const char *to)
 static int srmt_rename(struct rmt *r, const char *from, const char *to,
 		       unsigned int flags)
 {
+	int rc = -EBUSY, k = 2, tries = 0;
+
 	if (flags & RMT_RENAME_EXCHANGE)
 		return -EINVAL;
-	return call_path(to_srmt(r), OP_RENAME, from, to, (int64_t)flags);
+	while (k == 2 && tries < BUSY_TRIES) {
+		if (tries++)
+			usleep((useconds_t)(tries - 1) * BUSY_WAIT_US);
+		rc = call_path(to_srmt(r), OP_RENAME, from, to, (int64_t)flags);
+		if (rc != -EBUSY && rc != -EACCES)
+			return rc;
+		k = set_aside(to_srmt(r), from, to, flags);
+		if (k <= 0 || rc == -EACCES)
+			return k <= 0 ? k : rc; /* EACCES: not a busy file */
+	}
+	return rc;
 }
 
 static int srmt_file_stat(struct rmt_file *f, struct stat *st)
@@ -1256,21 +1581,47 @@ static int srmt_file_stat(struct rmt_file *f, struct stat *st)
 }
 
 /* Fields in the order of remote.h: size, mode, uid/gid, times. */
+static int setattr_named(struct srmt *s, const char *path, struct rmt_file *f,
+			 const struct rmt_setattr *sa, const struct stat *stp);
+
 static int srmt_setattr(struct rmt *r, const char *path, struct rmt_file *f,
 			const struct rmt_setattr *sa)
 {
 	struct srmt *s = to_srmt(r);
+	char *fpath = NULL;
 	struct stat st;
 	int rc;
 
 	if (!path && !f)
 		return -EINVAL;
-	if (f)
+	if (f) {
 		rc = srmt_file_stat(f, &st);
-	else
+		/* by its name now (set aside if unlinked): libsmbclient has
+		 * no fchmod or futimes */
+		if (rc == 0 && (sa->set & (RMT_SET_MODE | RMT_SET_ATIME |
+					   RMT_SET_MTIME))) {
+			fpath = path_of(to_sfile(f));
+			if (!fpath)
+				return -ENOMEM;
+			path = fpath;
+		}
+	} else {
 		rc = srmt_stat(r, path, &st);
+	}
 	if (rc < 0)
 		return rc;
+	rc = setattr_named(s, path, f, sa, &st);
+	free(fpath);
+	return rc;
+}
+
+/* srmt_setattr() once the name is known; st is the file's stat. */
+static int setattr_named(struct srmt *s, const char *path, struct rmt_file *f,
+			 const struct rmt_setattr *sa, const struct stat *stp)
+{
+	struct stat st = *stp;
+	int rc = 0;
+
 	if (sa->set & RMT_SET_SIZE) {
 		if (S_ISDIR(st.st_mode))
 			return -EISDIR;
@@ -1288,8 +1639,7 @@ static int srmt_setattr(struct rmt *r, const char *path, struct rmt_file *f,
 		if (rc < 0)
 			return rc;
 	}
-	/* by name only: libsmbclient has no fchmod or futimes */
-	if ((sa->set & RMT_SET_MODE) && path) {
+	if (sa->set & RMT_SET_MODE) {
 		rc = call_path(s, OP_CHMOD, path, NULL, sa->mode & 07777);
 		if (rc < 0)
 			return rc;
@@ -1297,7 +1647,7 @@ static int srmt_setattr(struct rmt *r, const char *path, struct rmt_file *f,
 	if (((sa->set & RMT_SET_UID) && sa->uid != st.st_uid) ||
 	    ((sa->set & RMT_SET_GID) && sa->gid != st.st_gid))
 		return -EPERM; /* owners are the login's */
-	if ((sa->set & (RMT_SET_ATIME | RMT_SET_MTIME)) && path) {
+	if (sa->set & (RMT_SET_ATIME | RMT_SET_MTIME)) {
 		struct timespec at = { .tv_nsec = UTIME_OMIT };
 		struct timespec mt = { .tv_nsec = UTIME_OMIT };
 		struct req q = { .op = OP_UTIMES };
@@ -1312,6 +1662,7 @@ static int srmt_setattr(struct rmt *r, const char *path, struct rmt_file *f,
 		q.b = at.tv_nsec;
 		q.c = mt.tv_sec;
 		q.d = mt.tv_nsec;
+		detach_at(path);
 		rc = (int)call(s, &q, path, NULL, NULL, 0, NULL, 0, NULL, NULL);
 	}
 	return rc;
@@ -1368,6 +1719,18 @@ static int srmt_file_open(struct rmt *r, const char *path, int flags,
 	sf->h = h;
 	sf->wgen = to_srmt(r)->wgen;
 	sf->base.r = r;
+	sf->path = strdup(path);
+	if (!sf->path) {
+		struct req c = { .op = OP_CLOSE, .h = h, .wgen = sf->wgen };
+
+		call(to_srmt(r), &c, NULL, NULL, NULL, 0, NULL, 0, NULL, NULL);
+		free(sf);
+		return -ENOMEM;
+	}
+	pthread_mutex_lock(&opened.lock);
+	sf->next = opened.head;
+	opened.head = sf;
+	pthread_mutex_unlock(&opened.lock);
 	*out = &sf->base;
 	return 0;
 }
@@ -1377,13 +1740,31 @@ static int srmt_file_close(struct rmt_file *f)
 	struct req q = { .op = OP_CLOSE,
 			 .h = to_sfile(f)->h,
 			 .wgen = to_sfile(f)->wgen };
+	struct sfile *sf = to_sfile(f), **pp, *o;
+	bool last = true;
 	int rc = 0;
 
+	pthread_mutex_lock(&opened.lock);
+	for (pp = &opened.head; *pp != sf; pp = &(*pp)->next)
+		;
+	*pp = sf->next;
+	for (o = opened.head; o && sf->aside; o = o->next)
+		if (!strcmp(o->path, sf->path))
+			last = false;
+	opened.closing++;
+	pthread_mutex_unlock(&opened.lock);
 	/* a file of a worker that is gone is closed with it */
 	if (q.wgen == to_srmt(f->r)->wgen && !to_srmt(f->r)->dead)
 		rc = (int)call(to_srmt(f->r), &q, NULL, NULL, NULL, 0, NULL, 0,
 			       NULL, NULL);
-	free(to_sfile(f));
+	pthread_mutex_lock(&opened.lock);
+	opened.closing--;
+	pthread_cond_broadcast(&opened.closed);
+	pthread_mutex_unlock(&opened.lock);
+	if (sf->aside && last)
+		call_path(to_srmt(f->r), OP_UNLINK, sf->path, NULL, 0);
+	free(sf->path);
+	free(sf);
 	return rc;
 }
 
