@@ -16,7 +16,13 @@
 # 2. Refusals, each a ferryfs mount that must fail with exit != 0 and one
 #    clear line: a credentials file of mode 0644, a wrong password, a
 #    password in the URL.
-# 3. it_syscalls and it_programs on ferryfs mounts of
+# 3. A dropped connection (only when this run brought nas.sh up: the smbd
+#    process serving our connection is killed, by its pid): a file open
+#    across it goes on being written and read, a new file can be made, the
+#    driver logs "connection lost" and "connection back".
+#    SMB_SUITE_KILL_SMBD=1 runs it on a nas.sh that was up already (for
+#    the one who brought it up).
+# 4. it_syscalls and it_programs on ferryfs mounts of
 #    smb://ferry@NAS_IP/nas/<run> -o credentials=SMB_CRED_FILE
 #    (tests/it/mount_run.sh with FERRYFS_REMOTE, FERRYFS_REMOTE_DIR and
 #    FERRYFS_OPTS), the daemon in the client namespace (nsenter --net,
@@ -24,7 +30,7 @@
 #    with IT_SKIP_REASON=smb and IT_SKIP_FEATURES=$SMB_SKIP (below): what
 #    SMB2 without POSIX extensions and Samba's defaults cannot do. Each run
 #    gets a fresh directory of the share, made here before the mount.
-# 4. Teardown, whatever happened: our run directories removed, nas.sh
+# 5. Teardown, whatever happened: our run directories removed, nas.sh
 #    taken down only if this run brought it up, the temp dir removed
 #    (--keep keeps both and prints where).
 #
@@ -102,15 +108,22 @@ fi
 W=
 SHARE_DIR=
 nas_down=0 # we brought nas.sh up: take it down
+rc_daemon= # the daemon of the reconnect check
 status=1
 
 # shellcheck disable=SC2317 # called through the EXIT trap
 cleanup() {
 	trap - EXIT INT TERM HUP
 	cd /
+	if [ -n "$rc_daemon" ]; then
+		if awk -v m="$W/mnt-rc" '$5 == m { f = 1 } END { exit !f }' /proc/self/mountinfo; then
+			fusermount3 -u "$W/mnt-rc" 2>/dev/null || fusermount3 -uz "$W/mnt-rc"
+		fi
+		kill "$rc_daemon" 2>/dev/null
+	fi
 	if [ "$keep" = 0 ] && [ -n "$SHARE_DIR" ]; then
 		rm -rf "$SHARE_DIR"/smb-syscalls-$$ "$SHARE_DIR"/smb-programs-$$ \
-			"$SHARE_DIR"/smb-refuse-$$
+			"$SHARE_DIR"/smb-refuse-$$ "$SHARE_DIR"/smb-reconnect-$$
 	fi
 	if [ "$nas_down" = 1 ]; then
 		"$NAS" down >/dev/null 2>&1 || log "warning: 'nas.sh down' failed"
@@ -148,7 +161,7 @@ if ! out=$("$NAS" env 2>/dev/null); then
 	fi
 	out=$("$NAS" env 2>/dev/null) || exit
 fi
-NAS_IP= SHARE_DIR= CRED= CLIENT_NETNS=
+NAS_IP= SHARE_DIR= CRED= CLIENT_NETNS= NAS_NETNS=
 while IFS= read -r line; do
 	line=${line#export }
 	key=${line%%=*}
@@ -160,9 +173,11 @@ while IFS= read -r line; do
 	NAS_SHARE_DIR) SHARE_DIR=$val ;;
 	SMB_CRED_FILE) CRED=$val ;;
 	CLIENT_NETNS) CLIENT_NETNS=$val ;;
+	NAS_NETNS) NAS_NETNS=$val ;;
 	esac
 done <<<"$out"
 [[ "$CLIENT_NETNS" == /* ]] || CLIENT_NETNS=/run/netns/$CLIENT_NETNS
+[[ "$NAS_NETNS" == /* ]] || NAS_NETNS=/run/netns/$NAS_NETNS
 if [ -z "$NAS_IP" ] || [ ! -d "$SHARE_DIR" ] || [ ! -r "$CRED" ] ||
 	[ ! -e "$CLIENT_NETNS" ]; then
 	log "error: nas.sh env gives no NAS_IP/NAS_SHARE_DIR/SMB_CRED_FILE/CLIENT_NETNS"
@@ -173,7 +188,7 @@ log "using nas.sh's smbd: $SMB_URL (shared from $SHARE_DIR)"
 
 # The share's directories belong to the login (files written over SMB are
 # ferry's): made here, then handed to ferry so smbd can write in them.
-for name in syscalls programs refuse; do
+for name in syscalls programs refuse reconnect; do
 	mkdir -m 0777 "$SHARE_DIR/smb-$name-$$" || exit
 	chown ferry: "$SHARE_DIR/smb-$name-$$" 2>/dev/null
 done
@@ -225,7 +240,64 @@ refuse "password in the url" "a password in the url is not taken" \
 refuse "missing credentials file" "cannot open credentials file" \
 	"$SMB_URL/smb-refuse-$$" -o credentials="$W/no-such-file"
 
-# --- 3. the mount runs -------------------------------------------------------------
+# --- 3. a dropped connection ------------------------------------------------------
+
+# The pid of the smbd serving the TCP connection of worker process $1.
+smbd_of_worker() {
+	local port
+	port=$(nsenter --net="$CLIENT_NETNS" ss -tnp 2>/dev/null |
+		awk -v p="pid=$1," '$0 ~ p && $5 ~ /:445$/ { sub(/.*:/, "", $4); print $4; exit }')
+	[ -n "$port" ] || return 1
+	nsenter --net="$NAS_NETNS" ss -tnp 2>/dev/null |
+		awk -v p=":$port" '$5 ~ p"$" { if (match($0, /pid=[0-9]+/)) print substr($0, RSTART + 4, RLENGTH - 4); exit }'
+}
+
+reconnect_check() {
+	local mnt=$W/mnt-rc worker smbd out
+	mkdir -p "$mnt"
+	"$W/ferryfs" mount "$SMB_URL/smb-reconnect-$$" "$mnt" -f \
+		-o credentials="$CRED",connections=1 >"$W/rc.log" 2>&1 </dev/null &
+	rc_daemon=$!
+	for _ in $(seq 1 100); do
+		awk -v m="$mnt" '$5 == m { f = 1 } END { exit !f }' /proc/self/mountinfo && break
+		sleep 0.1
+	done
+	worker=$(pgrep -P "$rc_daemon" | head -n 1)
+	smbd=${worker:+$(smbd_of_worker "$worker")}
+	if [ -z "$smbd" ]; then
+		echo "no worker ($worker) or smbd ($smbd) found"
+		return 1
+	fi
+	exec 8<>"$mnt/open.txt" || return 1
+	echo before >&8
+	kill "$smbd"
+	sleep 0.3
+	echo after >&8 && echo new >"$mnt/new.txt" || { exec 8>&-; return 1; }
+	exec 8>&-
+	out=$(cat "$mnt/open.txt" "$mnt/new.txt" | tr '\n' ' ')
+	[ "$out" = "before after new " ] || { echo "read back '$out'"; return 1; }
+	cmp -s <(printf 'before\nafter\n') "$SHARE_DIR/smb-reconnect-$$/open.txt" ||
+		{ echo "the share's copy differs"; return 1; }
+	grep -q "connection lost" "$W/rc.log" && grep -q "connection back" "$W/rc.log" ||
+		{ echo "no lost/back lines in the log"; return 1; }
+	fusermount3 -u "$mnt" || return 1
+	wait "$rc_daemon" || { echo "daemon exit status $?"; return 1; }
+	rc_daemon=
+}
+
+if [ "$nas_down" = 1 ] || [ "${SMB_SUITE_KILL_SMBD:-0}" = 1 ]; then
+	if reconnect_check >"$W/reconnect.out" 2>&1; then
+		summary+=("ok - a dropped connection: an open file and a new one go on working")
+	else
+		failed=1
+		summary+=("not ok - a dropped connection FAILED")
+		sed 's/^/    /' "$W/reconnect.out" "$W/rc.log"
+	fi
+else
+	summary+=("ok - a dropped connection # SKIP nas.sh was up already: its smbd processes are not ours to kill")
+fi
+
+# --- 4. the mount runs -------------------------------------------------------------
 
 # result NAME LOGFILE RC: one summary line from a run's log
 result() {
