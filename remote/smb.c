@@ -48,13 +48,18 @@
  *   starting --HELLO error--> reaped (rmt_smb_open() returns the error)
  *   serving --srmt_close(): close the socket, EOF--> exits, reaped
  *           (waitpid; SIGKILL after REAP_WAIT_MS)
- *   serving --the parent dies--> SIGKILL (PR_SET_PDEATHSIG) or EOF
+ *   serving --the parent dies--> exits (PR_SET_PDEATHSIG, EOF, or
+ *           getppid() changed: worker_read_req())
  *   serving --the worker dies--> dead: every later call is -EIO (logged
  *           once); the remote must be opened again
+ *   serving --this process forks (fuse_daemonize)--> the child's first
+ *           call forks a worker of its own (spawn() from call()); files
+ *           opened before the fork are -EIO there
  *
- * PR_SET_PDEATHSIG fires when the *thread* that forked exits: open a
- * remote from a thread that outlives it (ferryfs opens its remotes from
- * the main thread). The worker ignores SIGINT, SIGTERM, SIGHUP and
+ * PR_SET_PDEATHSIG fires when the *thread* that forked exits, so it is set
+ * only for a worker forked by the main thread; the others notice their
+ * parent's end by EOF or by getppid() (checked every second while idle).
+ * The worker ignores SIGINT, SIGTERM, SIGHUP and
  * SIGPIPE (a Ctrl-C to the process group must not kill it before the
  * parent has flushed) and keeps only fds 0-2 and its socket (the
  * parent's other fds, among them other workers' sockets, are closed: each
@@ -89,7 +94,9 @@
  *    fallocate (-EOPNOTSUPP), RENAME_EXCHANGE (-EINVAL);
  *  - fsync: libsmbclient has no FLUSH call: every write was answered by
  *    the server when rmt_file_pwrite() returned; rmt_file_fsync() is a
- *    no-op (the server's page cache holds the data);
+ *    no-op (the server's page cache holds the data). rmt_file_flush()
+ *    (RMT_CAP_CLOSE_ERRORS) closes the SMB handle of a written file: the
+ *    server fixes the write time at a close and reports what failed;
  *  - SEEK_DATA / SEEK_HOLE see all of a file as data, as nfs.c does;
  *  - RENAME_NOREPLACE is a stat of the target, then the rename: another
  *    client may create the target in between. A rename over a file is
@@ -102,6 +109,20 @@
  * rmt_file_copy() is a server-side copy (SMB2 COPYCHUNK, smbc_splice) when
  * both files are on one connection, else remote.c copies.
  *
+ * Open files. libsmbclient opens without FILE_SHARE_DELETE, so while an
+ * SMB handle is open its name cannot be removed or renamed, nor a
+ * directory above it renamed (-EBUSY / -EACCES); POSIX allows both and the
+ * file stays open. Every open file of this process (all connections) is
+ * in `opened` with its name now. An unlink or rename that would remove,
+ * replace or move an open file goes through set_aside(): the files' SMB
+ * handles are closed (OP_DETACH; they reopen by name on next use), a file
+ * at a name being removed or replaced is renamed to a hidden name in its
+ * directory (SET_ASIDE + pid + number, left out of listings, removed at
+ * its last close: NFS's "silly rename"), the call is made, the files get
+ * their new names (OP_REPATH). A busy answer with no file of ours in the
+ * way (Samba answers so for a moment after another connection's CLOSE) is
+ * tried again, BUSY_TRIES times. Another client's open still blocks.
+ *
  * Errors: smb_err() is the one place a libsmbclient errno becomes a
  * -errno of this driver.
  *
@@ -113,7 +134,12 @@
  *     dead (the stream is out of step: never used again).
  *  3. A handle given to the parent is a struct wfile of the worker, valid
  *     until its CLOSE; wf->gen == w->gen means wf->fh belongs to the
- *     current context.
+ *     current context; wf->fh == NULL means closed (detached or stale),
+ *     reopened by wf->url before the next call on it.
+ *  4. Every struct sfile between srmt_file_open() and srmt_file_close() is
+ *     in opened.head with the name it has on the share now (set_aside()
+ *     renames it in the list and in its worker under opened.lock and the
+ *     locks of every connection concerned).
  *
  * Called only through remote.c (paths checked by rmt_path_check()) and
  * the pool.
@@ -209,6 +235,9 @@ struct sfile {
 	struct sfile *next; /* protected by opened.lock */
 	char *path; /* its name now; protected by opened.lock */
 	bool aside; /* path is a SET_ASIDE name; protected by opened.lock */
+	/* written since its handle was last closed: the calls on a file are
+	 * serial (pool.c binds it to one connection) */
+	bool dirty;
 };
 
 /*
@@ -1499,6 +1528,23 @@ static char *path_of(struct sfile *f)
 	return p;
 }
 
+/* Is a file open here at the name an unlink (to NULL) or rename removes,
+ * or at or below the name a rename moves? Then set_aside() comes first:
+ * its SMB handle may be closed at the moment (detached, or after a
+ * reconnect), so SMB would not refuse and the open file would be lost. */
+static bool in_way(const char *from, const char *to)
+{
+	struct sfile *f;
+	bool found = false;
+
+	pthread_mutex_lock(&opened.lock);
+	for (f = opened.head; f && !found; f = f->next)
+		found = at_or_below(f, to ? to : from, false) ||
+			(to && at_or_below(f, from, true));
+	pthread_mutex_unlock(&opened.lock);
+	return found;
+}
+
 /* Tries of an unlink or rename refused as busy with nothing of ours in
  * the way; the k-th waits k * BUSY_WAIT_US before (about 1 s in all). */
 #define BUSY_TRIES 8
@@ -1508,6 +1554,11 @@ static int srmt_unlink(struct rmt *r, const char *path)
 {
 	int rc = -EBUSY, k = 2, tries = 0;
 
+	if (in_way(path, NULL)) {
+		k = set_aside(to_srmt(r), path, NULL, 0);
+		if (k != 2)
+			return k;
+	}
 	while (k == 2 && tries < BUSY_TRIES) {
 		if (tries++)
 			usleep((useconds_t)(tries - 1) * BUSY_WAIT_US);
@@ -1557,6 +1608,11 @@ static int srmt_rename(struct rmt *r, const char *from, const char *to,
 
 	if (flags & RMT_RENAME_EXCHANGE)
 		return -EINVAL;
+	if (in_way(from, to)) {
+		k = set_aside(to_srmt(r), from, to, flags);
+		if (k != 2)
+			return k;
+	}
 	while (k == 2 && tries < BUSY_TRIES) {
 		if (tries++)
 			usleep((useconds_t)(tries - 1) * BUSY_WAIT_US);
@@ -1631,6 +1687,7 @@ static int setattr_named(struct srmt *s, const char *path, struct rmt_file *f,
 					 .wgen = to_sfile(f)->wgen,
 					 .a = sa->size };
 
+			to_sfile(f)->dirty = true;
 			rc = (int)call(s, &q, NULL, NULL, NULL, 0, NULL, 0,
 				       NULL, NULL);
 		} else {
@@ -1802,6 +1859,7 @@ static ssize_t srmt_file_pwrite(struct rmt_file *f, const void *buf, size_t len,
 
 	if (len > SSIZE_MAX)
 		return -EINVAL;
+	to_sfile(f)->dirty = true;
 	while (done < len) {
 		size_t n = len - done < IO_MAX ? len - done : IO_MAX;
 		struct req q = { .op = OP_PWRITE,
@@ -1817,6 +1875,28 @@ static ssize_t srmt_file_pwrite(struct rmt_file *f, const void *buf, size_t len,
 		done += n;
 	}
 	return (ssize_t)len;
+}
+
+/*
+ * close(2) of one descriptor: close the SMB handle of a written file (it
+ * reopens on its next use). The server fixes the file's write time at that
+ * close (SMB's write time semantics), and reports what it could not do;
+ * without it a stat after close(2) could see a write time that changes
+ * later.
+ */
+static int srmt_file_flush(struct rmt_file *f)
+{
+	struct sfile *sf = to_sfile(f);
+	struct req q = { .op = OP_DETACH, .h = sf->h, .wgen = sf->wgen };
+	int rc;
+
+	if (!sf->dirty)
+		return 0;
+	rc = (int)call(to_srmt(f->r), &q, NULL, NULL, NULL, 0, NULL, 0, NULL,
+		       NULL);
+	if (rc == 0)
+		sf->dirty = false;
+	return rc;
 }
 
 /* No FLUSH in libsmbclient; writes were answered (top of this file). */
@@ -1867,6 +1947,7 @@ static ssize_t srmt_file_copy(struct rmt_file *in, off_t off_in,
 		return -EXDEV;
 	if (to_sfile(out)->wgen != to_sfile(in)->wgen)
 		return -EIO; /* one of them is of a worker that is gone */
+	to_sfile(out)->dirty = true;
 	if (len > SSIZE_MAX)
 		len = SSIZE_MAX;
 	while (done < len) {
@@ -1917,7 +1998,7 @@ static const struct rmt_ops smb_ops = {
 	.file_seek = srmt_file_seek,
 	.file_copy = srmt_file_copy,
 	.file_fd = NULL,
-	.file_flush = NULL, /* writes are answered when they return */
+	.file_flush = srmt_file_flush,
 	.syncdir = NULL, /* SMB namespace calls are done when answered */
 };
 
@@ -2243,7 +2324,8 @@ int rmt_smb_open(const char *url, const char *opts, struct rmt **out)
 	if (rc < 0)
 		goto out_lock;
 	s->base.ops = &smb_ops;
-	s->base.caps = 0; /* one worker: for one thread, the pool's */
+	/* one worker: for one thread, the pool's; a close can report */
+	s->base.caps = RMT_CAP_CLOSE_ERRORS;
 	*out = &s->base;
 	free(o.credentials);
 	return 0;
