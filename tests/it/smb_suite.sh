@@ -16,7 +16,9 @@
 # 2. Refusals, each a ferryfs mount that must fail with exit != 0 and one
 #    clear line: a credentials file of mode 0644, a wrong password, a
 #    password in the URL.
-# 3. A dropped connection (only when this run brought nas.sh up: the smbd
+# 3. A daemon (no -f): after fuse_daemonize's fork its workers are its
+#    own children and are gone after the unmount. A dropped connection
+#    (only when this run brought nas.sh up: the smbd
 #    process serving our connection is killed, by its pid): a file open
 #    across it goes on being written and read, a new file can be made, the
 #    driver logs "connection lost" and "connection back".
@@ -123,7 +125,8 @@ cleanup() {
 	fi
 	if [ "$keep" = 0 ] && [ -n "$SHARE_DIR" ]; then
 		rm -rf "$SHARE_DIR"/smb-syscalls-$$ "$SHARE_DIR"/smb-programs-$$ \
-			"$SHARE_DIR"/smb-refuse-$$ "$SHARE_DIR"/smb-reconnect-$$
+			"$SHARE_DIR"/smb-refuse-$$ "$SHARE_DIR"/smb-reconnect-$$ \
+			"$SHARE_DIR"/smb-daemon-$$
 	fi
 	if [ "$nas_down" = 1 ]; then
 		"$NAS" down >/dev/null 2>&1 || log "warning: 'nas.sh down' failed"
@@ -188,7 +191,7 @@ log "using nas.sh's smbd: $SMB_URL (shared from $SHARE_DIR)"
 
 # The share's directories belong to the login (files written over SMB are
 # ferry's): made here, then handed to ferry so smbd can write in them.
-for name in syscalls programs refuse reconnect; do
+for name in syscalls programs refuse reconnect daemon; do
 	mkdir -m 0777 "$SHARE_DIR/smb-$name-$$" || exit
 	chown ferry: "$SHARE_DIR/smb-$name-$$" 2>/dev/null
 done
@@ -240,7 +243,45 @@ refuse "password in the url" "a password in the url is not taken" \
 refuse "missing credentials file" "cannot open credentials file" \
 	"$SMB_URL/smb-refuse-$$" -o credentials="$W/no-such-file"
 
-# --- 3. a dropped connection ------------------------------------------------------
+# --- 3. a daemon, a dropped connection ------------------------------------------
+
+# ferryfs as a daemon: its workers are forked again after fuse_daemonize's
+# fork (connections=3: 3 of them, its children), and all of them are gone
+# after the unmount
+daemon_check() {
+	local mnt=$W/mnt-d pid= workers n
+	mkdir -p "$mnt"
+	"$W/ferryfs" mount "$SMB_URL/smb-daemon-$$" "$mnt" \
+		-o credentials="$CRED",connections=3 </dev/null || return 1
+	echo daemon >"$mnt/d.txt" && [ "$(cat "$mnt/d.txt")" = daemon ] ||
+		{ fusermount3 -u "$mnt"; return 1; }
+	for p in $(pgrep -x ferryfs); do
+		[ "$(tr '\0' ' ' </proc/$p/cmdline)" = \
+			"$FERRYFS mount $SMB_URL/smb-daemon-$$ $mnt -o credentials=$CRED,connections=3 " ] &&
+			pid=$p
+	done
+	workers=$(pgrep -P "${pid:-0}" | tr '\n' ' ')
+	n=$(echo "$workers" | wc -w)
+	fusermount3 -u "$mnt" || return 1
+	[ -n "$pid" ] && [ "$n" = 3 ] ||
+		{ echo "daemon '$pid' with $n workers: $workers"; return 1; }
+	for _ in $(seq 1 100); do
+		kill -0 "$pid" $workers 2>/dev/null || return 0
+		sleep 0.1
+	done
+	echo "daemon $pid or its workers ($workers) still there 10 s after the unmount"
+	return 1
+}
+
+if daemon_check >"$W/daemon.out" 2>&1; then
+	summary+=("ok - a daemon: workers of its own, all gone after the unmount")
+else
+	failed=1
+	summary+=("not ok - a daemon FAILED")
+	sed 's/^/    /' "$W/daemon.out"
+fi
+
+# --- a dropped connection ------------------------------------------------------
 
 # The pid of the smbd serving the TCP connection of worker process $1.
 smbd_of_worker() {
