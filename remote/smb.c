@@ -83,8 +83,13 @@
  *  - hard links: rmt_link() -EPERM; fifos and sockets: rmt_mknod() -EPERM;
  *  - modes: stat shows a mode made from the DOS attributes (libsmbclient:
  *    directories 0555, files 0444, +w unless read-only, +x from archive,
- *    system, hidden); mkdir's and create's mode is ignored; RMT_SET_MODE
- *    sets the DOS attributes libsmbclient derives from it (smbc_chmod);
+ *    system, hidden); mkdir's and create's mode, and RMT_SET_MODE, are
+ *    accepted and not kept: the DOS read-only attribute that smbc_chmod
+ *    would set for a mode without write bits keeps every client, ferryfs
+ *    (root) too, from writing or deleting the file, where POSIX lets root
+ *    (the flusher writes a file's data after its mode). A file made
+ *    read-only by another client is made writable to be deleted
+ *    (w_unlink());
  *  - owners: every file belongs to the worker's uid and gid; RMT_SET_UID /
  *    RMT_SET_GID to those is a no-op, to anything else -EPERM;
  *  - times are set with microsecond precision (smbc_utimes); UTIME_NOW is
@@ -183,7 +188,6 @@ enum op {
 	OP_UNLINK,
 	OP_RENAME, /* p1 -> p2, a = flags */
 	OP_TRUNCATE, /* p1 to size a */
-	OP_CHMOD, /* p1, a = mode */
 	OP_UTIMES, /* p1, a/b = atime s/ns, c/d = mtime s/ns */
 	OP_OPEN, /* p1, a = flags; rep.rc: the handle */
 	OP_DETACH, /* h: close its SMB handle, reopened on next use */
@@ -939,11 +943,6 @@ static void worker_do(struct worker *w, const struct req *q, struct rep *rep,
 	case OP_TRUNCATE:
 		rc = w_truncate(w, w->url1, (off_t)q->a);
 		break;
-	case OP_CHMOD:
-		rc = smbc_getFunctionChmod(c)(c, w->url1, (mode_t)q->a) < 0 ?
-			     -errno :
-			     0;
-		break;
 	case OP_UTIMES:
 		rc = w_utimes(w, w->url1, q);
 		break;
@@ -1654,8 +1653,7 @@ static int srmt_setattr(struct rmt *r, const char *path, struct rmt_file *f,
 		rc = srmt_file_stat(f, &st);
 		/* by its name now (set aside if unlinked): libsmbclient has
 		 * no fchmod or futimes */
-		if (rc == 0 && (sa->set & (RMT_SET_MODE | RMT_SET_ATIME |
-					   RMT_SET_MTIME))) {
+		if (rc == 0 && (sa->set & (RMT_SET_ATIME | RMT_SET_MTIME))) {
 			fpath = path_of(to_sfile(f));
 			if (!fpath)
 				return -ENOMEM;
@@ -1696,11 +1694,7 @@ static int setattr_named(struct srmt *s, const char *path, struct rmt_file *f,
 		if (rc < 0)
 			return rc;
 	}
-	if (sa->set & RMT_SET_MODE) {
-		rc = call_path(s, OP_CHMOD, path, NULL, sa->mode & 07777);
-		if (rc < 0)
-			return rc;
-	}
+	/* RMT_SET_MODE: accepted, not kept (top of this file) */
 	if (((sa->set & RMT_SET_UID) && sa->uid != st.st_uid) ||
 	    ((sa->set & RMT_SET_GID) && sa->gid != st.st_gid))
 		return -EPERM; /* owners are the login's */
