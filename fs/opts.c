@@ -47,6 +47,7 @@ static const struct fuse_opt opt_spec[] = {
 	FUSE_OPT_KEY("remote_latency=", KEY_REMOTE_OPT),
 	FUSE_OPT_KEY("remote_fault=", KEY_REMOTE_OPT),
 	FUSE_OPT_KEY("connections=", KEY_REMOTE_OPT),
+	FUSE_OPT_KEY("credentials=", KEY_REMOTE_OPT), /* smb:// (smb.c) */
 	OPT("-s", single_thread),
 	OPT("clone_fd", clone_fd),
 	OPTV("max_idle_threads=%u", max_idle_threads),
@@ -360,7 +361,10 @@ void fs_usage(const char *progname)
 	       "    -o max_threads=N       at most N worker threads (16)\n"
 	       "    -o max_idle_threads=N  keep N idle threads (8)\n"
 	       "    -o clone_fd            one /dev/fuse fd per thread\n"
-	       "    -o connections=N       connections to an nfs:// remote (4)\n"
+	       "    -o connections=N       connections to an nfs:// or smb://\n"
+	       "                           remote (4)\n"
+	       "    -o credentials=FILE    smb:// login (user, password,\n"
+	       "                           domain; mode 0600)\n"
 	       "\n"
 	       "write-back (the journal; see README):\n"
 	       "    -o writeback=on|off    on: writes land in a local journal and\n"

@@ -12,9 +12,9 @@
  * rmt_open() takes its own options (remote_rate, remote_stream_rate,
  * remote_latency, remote_fault: throttle.c parses them; connections:
  * pool.c) out of the option string, picks the driver by the spec's scheme
- * (none: path, "nfs://": nfs), opens it with the rest, wraps it in the pool
- * if its connections are not thread-safe, and wraps that in the throttle
- * driver if any throttle option was given:
+ * (none: path, "nfs://": nfs, "smb://": smb), opens it with the rest,
+ * wraps it in the pool if its connections are not thread-safe, and wraps
+ * that in the throttle driver if any throttle option was given:
  *
  *   caller -> [throttle] -> [pool -> K connections] -> driver
  *
@@ -97,7 +97,11 @@ static int driver_of(const char *spec, rmt_open_fn *drv)
 		*drv = rmt_nfs_open;
 		return 0;
 	}
-	return -EPROTONOSUPPORT; /* smb:// comes with its issue */
+	if (n == 3 && !strncmp(spec, "smb", 3)) {
+		*drv = rmt_smb_open;
+		return 0;
+	}
+	return -EPROTONOSUPPORT;
 }
 
 int rmt_opts_split(const char *opts, rmt_opt_fn fn, void *arg, char **rest)

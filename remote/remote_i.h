@@ -104,6 +104,7 @@ typedef int (*rmt_open_fn)(const char *spec, const char *opts,
 			   struct rmt **out);
 int rmt_path_open(const char *dir, const char *opts, struct rmt **out);
 int rmt_nfs_open(const char *url, const char *opts, struct rmt **out);
+int rmt_smb_open(const char *url, const char *opts, struct rmt **out);
 
 /*
  * Open one connection with the driver constructor @drv and set its

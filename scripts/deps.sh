@@ -22,6 +22,7 @@ PACKAGES=(
 	libssl-dev
 	rsync attr sqlite3 util-linux mount xz-utils
 	libnfs-dev libnfs-utils iproute2
+	libsmbclient-dev
 )
 if [[ "${1:-}" == --test ]]; then
 	shift

@@ -137,8 +137,30 @@ static void skip(const char *name, const char *why)
  * through the share), remote_writer (a change made on REMOTE behind the
  * server's back is seen), symlink_times (a symlink's own times),
  * remote_alloc (fallocate's allocation and punched holes reach REMOTE;
- * the data always must).
+ * the data always must); and for shares without POSIX semantics
+ * (tests/it/smb_suite.sh): symlink, hardlink, mknod (fifos), mode
+ * (permission bits are kept; without it the checks of modes, and of
+ * access by other users, which the kernel decides from the modes, are
+ * skipped), owner (chown; files belong to the login), time_ns (times are
+ * kept to the microsecond only: compared so), win_names (names with a
+ * character Windows forbids, or not UTF-8).
  */
+/* Is feature listed in IT_SKIP_FEATURES? (prints nothing) */
+static bool lacks(const char *feature)
+{
+	const char *p = getenv("IT_SKIP_FEATURES");
+	size_t len = strlen(feature);
+
+	while (p && *p) {
+		size_t n = strcspn(p, ",");
+
+		if (n == len && !strncmp(p, feature, len))
+			return true;
+		p += n + (p[n] == ',');
+	}
+	return false;
+}
+
 static bool feature_skipped(const char *feature, const char *name,
 			    const char *why)
 {
@@ -420,8 +442,11 @@ static long mode_of(const char *path)
 
 static bool check_mode(const char *path, mode_t want, const char *name)
 {
-	long m = mode_of(path);
+	long m;
 
+	if (feature_skipped("mode", name, "modes are not kept"))
+		return true;
+	m = mode_of(path);
 	if (m < 0)
 		return check(false, name, "lstat '%s': %s", path, strerror(-m));
 	return check(m == (long)want, name, "'%s' has mode %04lo, want %04o",
@@ -433,6 +458,8 @@ static bool check_owner(const char *path, uid_t uid, gid_t gid,
 {
 	struct stat st;
 
+	if (feature_skipped("owner", name, "owners are not kept"))
+		return true;
 	if (lstat(path, &st))
 		return check(false, name, "lstat '%s': %s", path,
 			     strerror(errno));
@@ -441,8 +468,12 @@ static bool check_owner(const char *path, uid_t uid, gid_t gid,
 		     st.st_gid, uid, gid);
 }
 
+/* equal times; to the microsecond only where the share lacks time_ns */
 static bool ts_eq(struct timespec a, struct timespec b)
 {
+	if (lacks("time_ns"))
+		return a.tv_sec == b.tv_sec &&
+		       a.tv_nsec / 1000 == b.tv_nsec / 1000;
 	return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
 }
 
@@ -450,10 +481,12 @@ static bool ts_eq(struct timespec a, struct timespec b)
 static bool same_attrs(const struct stat *m, const struct stat *r, char *why,
 		       size_t len)
 {
-	if (m->st_mode != r->st_mode)
+	if (lacks("mode") ? (m->st_mode & S_IFMT) != (r->st_mode & S_IFMT)
+			  : m->st_mode != r->st_mode)
 		snprintf(why, len, "mode %o vs remote %o", m->st_mode,
 			 r->st_mode);
-	else if (m->st_uid != r->st_uid || m->st_gid != r->st_gid)
+	else if (!lacks("owner") &&
+		 (m->st_uid != r->st_uid || m->st_gid != r->st_gid))
 		snprintf(why, len, "owner %u:%u vs remote %u:%u", m->st_uid,
 			 m->st_gid, r->st_uid, r->st_gid);
 	else if (!S_ISDIR(m->st_mode) && m->st_size != r->st_size)
@@ -705,8 +738,12 @@ static void t_root(void)
 		r.st_mode = 0;
 	check(S_ISDIR(m.st_mode), "mount root is a directory", "mode %o",
 	      m.st_mode);
-	check(m.st_mode == r.st_mode && m.st_uid == r.st_uid &&
-		      m.st_gid == r.st_gid,
+	if (lacks("mode") || lacks("owner"))
+		skip("mount root mode and owner match REMOTE",
+		     "modes or owners are not kept");
+	else
+		check(m.st_mode == r.st_mode && m.st_uid == r.st_uid &&
+			      m.st_gid == r.st_gid,
 	      "mount root mode and owner match REMOTE",
 	      "mount %o %u:%u, remote %o %u:%u", m.st_mode, m.st_uid, m.st_gid,
 	      r.st_mode, r.st_uid, r.st_gid);
@@ -721,7 +758,8 @@ static void t_getattr(void)
 	if (!check_rc(rc, "getattr: create a 5-byte file"))
 		return;
 	if (check_sys(stat(mp("ga_file"), &m), "stat a regular file")) {
-		check(S_ISREG(m.st_mode) && (m.st_mode & 07777) == 0644 &&
+		check(S_ISREG(m.st_mode) &&
+			      (lacks("mode") || (m.st_mode & 07777) == 0644) &&
 			      m.st_size == 5 && m.st_nlink == 1 &&
 			      m.st_uid == 0 && m.st_gid == 0,
 		      "stat regular file: S_IFREG, 0644, size 5, nlink 1, 0:0",
@@ -750,7 +788,8 @@ static void t_getattr(void)
 
 	if (check_sys(mkdir(mp("ga_dir"), 0755), "getattr: mkdir") &&
 	    check_sys(stat(mp("ga_dir"), &m2), "stat a directory")) {
-		check(S_ISDIR(m2.st_mode) && (m2.st_mode & 07777) == 0755 &&
+		check(S_ISDIR(m2.st_mode) &&
+			      (lacks("mode") || (m2.st_mode & 07777) == 0755) &&
 			      m2.st_nlink >= 2,
 		      "stat directory: S_IFDIR, 0755, nlink >= 2",
 		      "mode %o nlink %lu", m2.st_mode,
@@ -758,7 +797,8 @@ static void t_getattr(void)
 		check_same_attrs("ga_dir", "directory: attrs match REMOTE");
 	}
 
-	if (check_sys(symlink("ga_file", mp("ga_link")), "getattr: symlink") &&
+	if (!feature_skipped("symlink", "getattr: symlink", "no symlinks") &&
+	    check_sys(symlink("ga_file", mp("ga_link")), "getattr: symlink") &&
 	    check_sys(lstat(mp("ga_link"), &m2), "lstat a symlink")) {
 		check(S_ISLNK(m2.st_mode) && m2.st_size == 7,
 		      "lstat symlink: S_IFLNK, st_size = target length 7",
@@ -773,7 +813,8 @@ static void t_getattr(void)
 	}
 
 	/* hard links: one inode, two names */
-	if (check_sys(link(mp("ga_file"), mp("ga_hard")), "getattr: link")) {
+	if (!feature_skipped("hardlink", "getattr: link", "no hard links") &&
+	    check_sys(link(mp("ga_file"), mp("ga_hard")), "getattr: link")) {
 		bool ok1 = stat(mp("ga_file"), &m) == 0;
 		bool ok2 = stat(mp("ga_hard"), &m2) == 0;
 
@@ -854,36 +895,46 @@ static void t_setattr(void)
 		return;
 
 	/* chmod */
-	if (check_sys(chmod(mp("sa_file"), 0640), "chmod 0640")) {
+	if (feature_skipped("mode", "chmod", "modes are not kept"))
+		;
+	else if (check_sys(chmod(mp("sa_file"), 0640), "chmod 0640")) {
 		check_mode(mp("sa_file"), 0640, "chmod 0640: seen by stat");
 		check_mode(rp("sa_file"), 0640, "chmod 0640: on REMOTE");
 	}
-	if (check_sys(chmod(mp("sa_file"), 04755), "chmod 04755")) {
+	if (lacks("mode"))
+		;
+	else if (check_sys(chmod(mp("sa_file"), 04755), "chmod 04755")) {
 		check_mode(mp("sa_file"), 04755, "chmod 04755: seen by stat");
 		check_mode(rp("sa_file"), 04755, "chmod 04755: on REMOTE");
 	}
 	if (check_sys(mkdir(mp("sa_dir"), 0755), "setattr: mkdir") &&
+	    !lacks("mode") &&
 	    check_sys(chmod(mp("sa_dir"), 01777), "chmod a directory 01777")) {
 		check_mode(mp("sa_dir"), 01777, "chmod dir 01777: seen by stat");
 		check_mode(rp("sa_dir"), 01777, "chmod dir 01777: on REMOTE");
 	}
 
 	/* chown */
-	if (check_sys(chown(mp("sa_file"), USER_UID, USER_GID),
-		      "chown to 1000:1000")) {
+	if (feature_skipped("owner", "chown", "owners are not kept"))
+		;
+	else if (check_sys(chown(mp("sa_file"), USER_UID, USER_GID),
+			   "chown to 1000:1000")) {
 		check_owner(mp("sa_file"), USER_UID, USER_GID,
 			    "chown 1000:1000: seen by stat");
 		check_owner(rp("sa_file"), USER_UID, USER_GID,
 			    "chown 1000:1000: on REMOTE");
 	}
-	if (check_sys(chown(mp("sa_file"), -1, OTHER_GID),
-		      "chown -1:2000 (group only)")) {
+	if (lacks("owner"))
+		;
+	else if (check_sys(chown(mp("sa_file"), -1, OTHER_GID),
+			   "chown -1:2000 (group only)")) {
 		check_owner(mp("sa_file"), USER_UID, OTHER_GID,
 			    "chown -1:2000 keeps the uid: seen by stat");
 		check_owner(rp("sa_file"), USER_UID, OTHER_GID,
 			    "chown -1:2000 keeps the uid: on REMOTE");
 	}
 	if (check_rc(put_str(mp("sa_target"), "t"), "setattr: create target") &&
+	    !lacks("symlink") && !lacks("owner") &&
 	    check_sys(symlink("sa_target", mp("sa_link")),
 		      "setattr: symlink") &&
 	    check_sys(lchown(mp("sa_link"), USER_UID, USER_GID),
@@ -978,6 +1029,8 @@ static void t_setattr(void)
 	ts[1] = (struct timespec){ 1111111111, 500000000 };
 	if (!feature_skipped("symlink_times", "a symlink's own times",
 			     "the server does not set them") &&
+	    !feature_skipped("symlink", "a symlink's own times",
+			     "no symlinks") &&
 	    check_sys(utimensat(AT_FDCWD, mp("sa_link"), ts,
 				AT_SYMLINK_NOFOLLOW),
 		      "utimensat AT_SYMLINK_NOFOLLOW on a symlink")) {
@@ -1040,12 +1093,19 @@ static void t_readdir_small(void)
 	bool once = true;
 	DIR *d;
 
+	/* without symlinks or fifos: reg and sub only */
+	if (lacks("mknod"))
+		nwant = 3;
+	if (lacks("symlink"))
+		want[2] = want[--nwant];
 	if (!check_sys(mkdir(mp("rd"), 0755), "readdir: mkdir"))
 		return;
 	put_str(mp("rd/reg"), "r");
 	mkdir(mp("rd/sub"), 0755);
-	symlink("reg", mp("rd/lnk"));
-	mkfifo(mp("rd/fifo"), 0644);
+	if (!lacks("symlink"))
+		symlink("reg", mp("rd/lnk"));
+	if (!lacks("mknod"))
+		mkfifo(mp("rd/fifo"), 0644);
 
 	d = opendir(mp("rd"));
 	if (!check(d != NULL, "opendir", "%s", strerror(errno)))
@@ -1259,7 +1319,8 @@ static void t_create(void)
 
 	fd = open(mp("cr_a"), O_CREAT | O_EXCL | O_WRONLY, 0640);
 	if (check_sys(fd, "open O_CREAT|O_EXCL 0640")) {
-		check(fstat(fd, &st) == 0 && (st.st_mode & 07777) == 0640 &&
+		check(fstat(fd, &st) == 0 &&
+			      (lacks("mode") || (st.st_mode & 07777) == 0640) &&
 			      S_ISREG(st.st_mode) && st.st_size == 0,
 		      "create: fstat gives an empty 0640 file",
 		      "mode %o size %lld", st.st_mode, (long long)st.st_size);
@@ -1592,7 +1653,7 @@ static void t_unlink(void)
 		      strerror(errno), (long long)st.st_size);
 		check_sys(fsync(fd), "open-unlink: fsync still works");
 		check(fchmod(fd, 0640) == 0 && fstat(fd, &st) == 0 &&
-			      (st.st_mode & 07777) == 0640,
+			      (lacks("mode") || (st.st_mode & 07777) == 0640),
 		      "open-unlink: fchmod still works", "%s mode %o",
 		      strerror(errno), st.st_mode);
 		check_sys(close(fd), "open-unlink: close");
@@ -1620,7 +1681,8 @@ static void t_unlink(void)
 
 	/* the other hard link keeps working after the first name goes */
 	put_str(mp("ul_h1"), "hard");
-	if (check_sys(link(mp("ul_h1"), mp("ul_h2")), "unlink: link")) {
+	if (!feature_skipped("hardlink", "unlink: link", "no hard links") &&
+	    check_sys(link(mp("ul_h1"), mp("ul_h2")), "unlink: link")) {
 		stat(mp("ul_h1"), &st);
 		stat(mp("ul_h2"), &st);
 		check_sys(unlink(mp("ul_h1")), "unlink the first hard link");
@@ -1801,6 +1863,8 @@ static void t_link(void)
 {
 	struct stat a, b;
 
+	if (feature_skipped("hardlink", "link", "no hard links"))
+		return;
 	put_str(mp("lk_a"), "link-data");
 	if (!check_sys(link(mp("lk_a"), mp("lk_b")), "link"))
 		return;
@@ -1868,6 +1932,8 @@ static void t_symlink(void)
 	struct stat st;
 	ssize_t n;
 
+	if (feature_skipped("symlink", "symlink", "no symlinks"))
+		return;
 	if (check_sys(symlink("/etc/passwd", mp("sl_abs")),
 		      "symlink with an absolute target")) {
 		n = readlink(mp("sl_abs"), b, sizeof(b));
@@ -1932,7 +1998,9 @@ static void t_mknod(void)
 	pid_t pid;
 	int fd;
 
-	if (check_sys(mkfifo(mp("nd_fifo"), 0644), "mkfifo")) {
+	if (feature_skipped("mknod", "mkfifo", "no fifos"))
+		;
+	else if (check_sys(mkfifo(mp("nd_fifo"), 0644), "mkfifo")) {
 		check(lstat(mp("nd_fifo"), &st) == 0 && S_ISFIFO(st.st_mode) &&
 			      (st.st_mode & 07777) == 0644,
 		      "mkfifo: S_IFIFO 0644", "mode %o", st.st_mode);
@@ -1976,12 +2044,13 @@ static void t_mknod(void)
 	if (check_sys(mknod(mp("nd_reg"), S_IFREG | 0640, 0),
 		      "mknod S_IFREG")) {
 		check(lstat(rp("nd_reg"), &st) == 0 && S_ISREG(st.st_mode) &&
-			      (st.st_mode & 07777) == 0640,
+			      (lacks("mode") || (st.st_mode & 07777) == 0640),
 		      "mknod S_IFREG: regular 0640 file on REMOTE", "mode %o",
 		      st.st_mode);
 	}
-	check_err(mkfifo(mp("nd_fifo"), 0644), EEXIST,
-		  "mkfifo onto an existing name: EEXIST");
+	if (!lacks("mknod"))
+		check_err(mkfifo(mp("nd_fifo"), 0644), EEXIST,
+			  "mkfifo onto an existing name: EEXIST");
 }
 
 /* ---- statfs ------------------------------------------------------------- */
@@ -2531,6 +2600,9 @@ static void t_errors(void)
 
 static void t_perms(void)
 {
+	if (feature_skipped("mode", "access by other users",
+			    "modes are not kept (the kernel checks them)"))
+		return;
 	put_file(mp("pm_secret"), "s", 1, 0600);
 	put_file(mp("pm_public"), "p", 1, 0644);
 	put_file(mp("pm_pubw"), "w", 1, 0666);
@@ -2625,6 +2697,11 @@ static void t_owner(void)
 	struct stat st;
 	const char *names[] = { "f", "d", "l", "p" };
 
+	if (feature_skipped("owner", "ownership of files made by others",
+			    "owners are not kept") ||
+	    feature_skipped("mode", "ownership of files made by others",
+			    "modes are not kept (the kernel checks them)"))
+		return;
 	if (!check_sys(mkdir(mp("ow_pub"), 0777), "ownership: mkdir 0777"))
 		return;
 	check_as(USER_UID, USER_GID,
@@ -2811,6 +2888,9 @@ static bool check_no_setid(const char *path, const char *name)
 
 static void t_setid_clear(void)
 {
+	if (feature_skipped("mode", "setuid/setgid cleared on write",
+			    "modes are not kept"))
+		return;
 	put_file(mp("su_w"), "x", 1, 0666);
 	chmod(mp("su_w"), 06777);
 	if (check_as(USER_UID, USER_GID,
@@ -2895,6 +2975,22 @@ out:
 
 /* ---- names are bytes ---------------------------------------------------- */
 
+/* A name Windows (SMB) cannot hold: \ : * ? " < > |, control
+ * characters, bytes that are never UTF-8, a trailing space or dot (Samba
+ * lists such a name mangled). */
+static bool win_forbidden(const char *name)
+{
+	size_t len = strlen(name);
+
+	if (len && (name[len - 1] == ' ' || name[len - 1] == '.'))
+		return true;
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+		if (*p < 0x20 || *p == 0xfe || *p == 0xff ||
+		    strchr("\\:*?\"<>|", *p))
+			return true;
+	return false;
+}
+
 static void t_odd_names(void)
 {
 	const char *names[] = {
@@ -2912,9 +3008,16 @@ static void t_odd_names(void)
 		return;
 	for (size_t i = 0; i < nn; i++) {
 		char name[96];
-		int rc = put_str(mp("odd/%s", names[i]), names[i]);
+		int rc;
 
 		snprintf(name, sizeof(name), "odd name #%zu: create", i);
+		if (lacks("win_names") && win_forbidden(names[i])) {
+			feature_skipped("win_names", name,
+					"a character Windows forbids");
+			listed[i] = 1; /* not looked for */
+			continue;
+		}
+		rc = put_str(mp("odd/%s", names[i]), names[i]);
 		if (!check_rc(rc, name))
 			continue;
 		snprintf(name, sizeof(name),
@@ -2926,7 +3029,8 @@ static void t_odd_names(void)
 		return;
 	while ((de = readdir(d)))
 		for (size_t i = 0; i < nn; i++)
-			if (!strcmp(de->d_name, names[i]))
+			if (!strcmp(de->d_name, names[i]) &&
+			    !(lacks("win_names") && win_forbidden(names[i])))
 				listed[i]++;
 	closedir(d);
 	for (size_t i = 0; i < nn; i++)

@@ -312,11 +312,43 @@ static void test_remote__open_errors(void **state)
 	assert_null(r);
 	assert_rc_err(rmt_open(fx->secret, NULL, &r), ENOTDIR);
 	assert_rc_err(rmt_open("ftp://x/y", NULL, &r), EPROTONOSUPPORT);
-	assert_rc_err(rmt_open("smb://x/y", NULL, &r), EPROTONOSUPPORT);
 	assert_rc_err(rmt_open("", NULL, &r), EINVAL);
 	assert_rc_err(rmt_open(fx->root, "bogus=1", &r), EINVAL);
 	assert_null(r);
 	rmt_close(NULL);
+}
+
+/* smb:// refusals that need no server (remote/smb.c) */
+static void test_remote__smb_open_refusals(void **state)
+{
+	struct fx *fx = *state;
+	struct rmt *r = (void *)1;
+	char cred[PATH_MAX], opt[PATH_MAX + 16];
+	FILE *f;
+
+	assert_rc_err(rmt_open("smb://x/y", NULL, &r), EINVAL); /* no user */
+	assert_null(r);
+	assert_rc_err(rmt_open("smb://u:pw@x/y", NULL, &r), EINVAL);
+	assert_rc_err(rmt_open("smb://u@x", NULL, &r), EINVAL); /* no share */
+	assert_rc_err(rmt_open("smb://u@x/y/../z", NULL, &r), EINVAL);
+	assert_rc_err(rmt_open("smb://u@x/y%20", NULL, &r), EINVAL);
+	assert_rc_err(rmt_open("smb://u@x/y", "bogus=1", &r), EINVAL);
+	host_path(cred, fx->tmp, "no-such-cred");
+	snprintf(opt, sizeof(opt), "credentials=%s", cred);
+	assert_rc_err(rmt_open("smb://u@x/y", opt, &r), ENOENT);
+	/* readable by others: refused before any connection */
+	host_path(cred, fx->tmp, "cred");
+	f = fopen(cred, "w");
+	assert_non_null(f);
+	fputs("username = u\npassword = secret\n", f);
+	fclose(f);
+	assert_int_equal(chmod(cred, 0644), 0);
+	snprintf(opt, sizeof(opt), "credentials=%s", cred);
+	assert_rc_err(rmt_open("smb://u@x/y", opt, &r), EACCES);
+	assert_int_equal(chmod(cred, 0640), 0);
+	assert_rc_err(rmt_open("smb://u@x/y", opt, &r), EACCES);
+	assert_null(r);
+	unlink(cred);
 }
 
 static void test_remote__open_id_and_caps(void **state)
@@ -1281,6 +1313,7 @@ int main(void)
 		cmocka_unit_test(test_remote__path_check_refuses),
 		T(test_remote__bad_paths_refused_by_every_op),
 		T(test_remote__open_errors),
+		T(test_remote__smb_open_refusals),
 		T(test_remote__open_id_and_caps),
 		TL(test_remote__symlink_is_data),
 		TL(test_remote__symlink_blocks_descent),

@@ -1,0 +1,417 @@
+#!/bin/bash
+# smb_suite.sh - ferryfs's smb driver against a real SMB server (Samba):
+# the CI entry of the SMB half of issue 4. As root:
+#
+#   tests/it/smb_suite.sh FERRYFS IT_SYSCALLS [--writeback] [--keep]
+#
+# FERRYFS and IT_SYSCALLS are the built binaries (ctest passes
+# $<TARGET_FILE:...>).
+#
+# 1. The server: tests/bench/nas.sh's smbd (share "nas", user "ferry"). If
+#    nas.sh is up already (`nas.sh env` answers) it is used as it is and
+#    left up; else `nas.sh up --rate none` here and `nas.sh down` at the
+#    end. From `nas.sh env` come NAS_IP, NAS_SHARE_DIR (the share's
+#    directory here), SMB_CRED_FILE (mode 0600) and CLIENT_NETNS (the
+#    namespace that reaches NAS_IP).
+# 2. Refusals, each a ferryfs mount that must fail with exit != 0 and one
+#    clear line: a credentials file of mode 0644, a wrong password, a
+#    password in the URL.
+# 3. A daemon (no -f): after fuse_daemonize's fork its workers are its
+#    own children and are gone after the unmount. A dropped connection
+#    (only when this run brought nas.sh up: the smbd
+#    process serving our connection is killed, by its pid): a file open
+#    across it goes on being written and read, a new file can be made, the
+#    driver logs "connection lost" and "connection back".
+#    SMB_SUITE_KILL_SMBD=1 runs it on a nas.sh that was up already (for
+#    the one who brought it up).
+# 4. it_syscalls and it_programs on ferryfs mounts of
+#    smb://ferry@NAS_IP/nas/<run> -o credentials=SMB_CRED_FILE,writeback=off
+#    (tests/it/mount_run.sh with FERRYFS_REMOTE, FERRYFS_REMOTE_DIR and
+#    FERRYFS_OPTS): write-through, so that every call of the programs is a
+#    call of the driver; the daemon in the client namespace (nsenter --net,
+#    which keeps the host's mount namespace, so the FUSE mount is seen),
+#    with IT_SKIP_REASON=smb and IT_SKIP_FEATURES=$SMB_SKIP (below): what
+#    SMB2 without POSIX extensions and Samba's defaults cannot do. Each run
+#    gets a fresh directory of the share, made here before the mount.
+#    --writeback: both again with write-back (the default mount), REPORTED
+#    ONLY: the journal takes hard links, symlinks and fifos that the flusher
+#    then cannot make on an SMB share (the mount does not ask the remote
+#    what it can hold yet), so git's link() of its objects ends in 'error'.
+# 5. Teardown, whatever happened: our run directories removed, nas.sh
+#    taken down only if this run brought it up, the temp dir removed
+#    (--keep keeps both and prints where).
+#
+# Exit: 0 if every run passed, 1 if one failed or the server did not come
+# up, 77 (skip) without root, /dev/fuse, nas.sh or a way to start it.
+set -u
+
+SMB_SKIP=xattr,fallocate,seek_hole,exchange,enospc,symlink,symlink_times,hardlink,mknod,mode,owner,time_ns,win_names
+# xattr          libsmbclient has no user xattrs (only its system.* ones):
+#                no RMT_CAP_XATTR
+# fallocate      no ALLOCATE call in libsmbclient: -EOPNOTSUPP
+# seek_hole      holes are not reported: all of a file is data
+# exchange       no atomic RENAME_EXCHANGE in SMB2: -EINVAL
+# enospc         it_syscalls mounts a tmpfs inside REMOTE: smbd does not
+#                see a mount made in the host's mount namespace (the NAS
+#                has its own)
+# remote_writer  a file changed on the share behind smbd's back is seen
+#                only after the client's attribute cache lets go
+# symlink        SMB2 without POSIX extensions has no symlinks: -EPERM
+# hardlink       no hard links (libsmbclient has no link call): -EPERM
+# mode           modes are made from DOS attributes (0755/0744); chmod
+#                sets DOS attributes only; so access by other users
+#                (which the kernel decides from the modes) is not checked
+# owner          every file belongs to the login; chown elsewhere: -EPERM
+# mknod          no fifos or sockets over SMB2: -EPERM
+# symlink_times  no symlinks (above)
+# time_ns        libsmbclient sets times with a struct timeval
+#                (smbc_utimes): microseconds, not SMB's 100 ns
+# win_names      names with \ : * ? " < > |, control characters or bytes
+#                that are not UTF-8: SMB names are Windows names
+#                (-EINVAL / -EILSEQ)
+
+log() { printf 'smb_suite: %s\n' "$*"; }
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+keep=0
+writeback=0
+args=()
+for a in "$@"; do
+	case "$a" in
+	--keep) keep=1 ;;
+	--writeback) writeback=1 ;;
+	-h | --help)
+		sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+		exit 0
+		;;
+	*) args+=("$a") ;;
+	esac
+done
+if [ ${#args[@]} -lt 2 ]; then
+	echo "usage: smb_suite.sh FERRYFS IT_SYSCALLS [--writeback] [--keep]" >&2
+	exit 2
+fi
+FERRYFS=$(readlink -f "${args[0]}")
+IT_SYSCALLS=$(readlink -f "${args[1]}")
+
+if [ "$(id -u)" != 0 ]; then
+	log "skip: needs root"
+	exit 77
+fi
+if [ ! -c /dev/fuse ]; then
+	log "skip: no /dev/fuse"
+	exit 77
+fi
+for f in "$FERRYFS" "$IT_SYSCALLS"; do
+	if [ ! -x "$f" ]; then
+		log "error: '$f' is not an executable"
+		exit 1
+	fi
+done
+NAS=$ROOT/tests/bench/nas.sh
+if [ ! -x "$NAS" ]; then
+	log "skip: no tests/bench/nas.sh"
+	exit 77
+fi
+
+W=
+SHARE_DIR=
+nas_down=0 # we brought nas.sh up: take it down
+rc_daemon= # the daemon of the reconnect check
+status=1
+
+# shellcheck disable=SC2317 # called through the EXIT trap
+cleanup() {
+	trap - EXIT INT TERM HUP
+	cd /
+	if [ -n "$rc_daemon" ]; then
+		if awk -v m="$W/mnt-rc" '$5 == m { f = 1 } END { exit !f }' /proc/self/mountinfo; then
+			fusermount3 -u "$W/mnt-rc" 2>/dev/null || fusermount3 -uz "$W/mnt-rc"
+		fi
+		kill "$rc_daemon" 2>/dev/null
+	fi
+	if [ "$keep" = 0 ] && [ -n "$SHARE_DIR" ]; then
+		rm -rf "$SHARE_DIR"/smb-syscalls-$$ "$SHARE_DIR"/smb-programs-$$ \
+			"$SHARE_DIR"/smb-refuse-$$ "$SHARE_DIR"/smb-reconnect-$$ \
+			"$SHARE_DIR"/smb-daemon-$$ "$SHARE_DIR"/smb-wb-syscalls-$$ \
+			"$SHARE_DIR"/smb-wb-programs-$$
+	fi
+	if [ "$nas_down" = 1 ]; then
+		"$NAS" down >/dev/null 2>&1 || log "warning: 'nas.sh down' failed"
+	fi
+	if [ -n "$W" ]; then
+		if [ "$keep" = 1 ]; then
+			log "kept $W${SHARE_DIR:+ and $SHARE_DIR/smb-*-$$}"
+		else
+			rm -rf "$W"
+		fi
+	fi
+	exit "$status"
+}
+trap cleanup EXIT
+trap 'status=130; exit' INT
+trap 'status=143; exit' TERM HUP
+
+W=$(mktemp -d /tmp/ferryfs-smb.XXXXXX) || exit 1
+chmod 0755 "$W"
+
+# --- 1. the server -------------------------------------------------------------
+
+if ! out=$("$NAS" env 2>/dev/null); then
+	log "starting tests/bench/nas.sh (up --rate none)"
+	nas_down=1
+	if ! "$NAS" up --rate none >"$W/nas.log" 2>&1; then
+		tail -n 5 "$W/nas.log"
+		if grep -qi 'apt\|install' "$W/nas.log"; then
+			log "skip: nas.sh cannot get its packages"
+			status=77
+		else
+			log "error: nas.sh up failed"
+		fi
+		exit
+	fi
+	out=$("$NAS" env 2>/dev/null) || exit
+fi
+NAS_IP= SHARE_DIR= CRED= CLIENT_NETNS= NAS_NETNS=
+while IFS= read -r line; do
+	line=${line#export }
+	key=${line%%=*}
+	val=${line#*=}
+	val=${val#[\"\']}
+	val=${val%[\"\']}
+	case "$key" in
+	NAS_IP) NAS_IP=$val ;;
+	NAS_SHARE_DIR) SHARE_DIR=$val ;;
+	SMB_CRED_FILE) CRED=$val ;;
+	CLIENT_NETNS) CLIENT_NETNS=$val ;;
+	NAS_NETNS) NAS_NETNS=$val ;;
+	esac
+done <<<"$out"
+[[ "$CLIENT_NETNS" == /* ]] || CLIENT_NETNS=/run/netns/$CLIENT_NETNS
+[[ "$NAS_NETNS" == /* ]] || NAS_NETNS=/run/netns/$NAS_NETNS
+if [ -z "$NAS_IP" ] || [ ! -d "$SHARE_DIR" ] || [ ! -r "$CRED" ] ||
+	[ ! -e "$CLIENT_NETNS" ]; then
+	log "error: nas.sh env gives no NAS_IP/NAS_SHARE_DIR/SMB_CRED_FILE/CLIENT_NETNS"
+	exit
+fi
+SMB_URL=smb://ferry@$NAS_IP/nas
+log "using nas.sh's smbd: $SMB_URL (shared from $SHARE_DIR)"
+
+# The share's directories belong to the login (files written over SMB are
+# ferry's): made here, then handed to ferry so smbd can write in them.
+names="syscalls programs refuse reconnect daemon"
+[ "$writeback" = 1 ] && names+=" wb-syscalls wb-programs"
+for name in $names; do
+	mkdir -m 0777 "$SHARE_DIR/smb-$name-$$" || exit
+	chown ferry: "$SHARE_DIR/smb-$name-$$" 2>/dev/null
+done
+
+# a ferryfs that runs in the client namespace (nsenter execs it: same pid)
+cat >"$W/ferryfs" <<EOF
+#!/bin/sh
+exec nsenter --net=$CLIENT_NETNS "$FERRYFS" "\$@"
+EOF
+chmod +x "$W/ferryfs"
+
+summary=()
+failed=0
+
+# --- 2. refusals -----------------------------------------------------------------
+
+# refuse NAME WANT_REGEX SPEC OPTS...: a mount that must fail
+refuse() {
+	local name=$1 want=$2 spec=$3 rc line
+	shift 3
+	mkdir -p "$W/mnt-refuse"
+	timeout -k 5 60 "$W/ferryfs" mount "$spec" "$W/mnt-refuse" -f "$@" \
+		>"$W/refuse.log" 2>&1 </dev/null
+	rc=$?
+	if awk -v m="$W/mnt-refuse" '$5 == m { f = 1 } END { exit !f }' /proc/self/mountinfo; then
+		fusermount3 -u "$W/mnt-refuse"
+	fi
+	line=$(grep -E "$want" "$W/refuse.log" | head -n 1)
+	if [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ -n "$line" ]; then
+		summary+=("ok - refused: $name (exit $rc: $line)")
+	else
+		failed=1
+		summary+=("not ok - refused: $name (exit $rc; want a line matching '$want') FAILED")
+		sed 's/^/    /' "$W/refuse.log"
+	fi
+}
+
+install -m 0644 "$CRED" "$W/cred-0644"
+refuse "credentials file of mode 0644" \
+	"credentials file '.*' is readable .* refused" \
+	"$SMB_URL/smb-refuse-$$" -o credentials="$W/cred-0644"
+sed 's/^\([[:space:]]*password[[:space:]]*=\).*/\1 not-the-password/' \
+	"$CRED" >"$W/cred-wrong"
+chmod 0600 "$W/cred-wrong"
+refuse "wrong password" "cannot log in to .*wrong user or password" \
+	"$SMB_URL/smb-refuse-$$" -o credentials="$W/cred-wrong"
+refuse "password in the url" "a password in the url is not taken" \
+	"smb://ferry:secret@$NAS_IP/nas/smb-refuse-$$" -o credentials="$CRED"
+refuse "missing credentials file" "cannot open credentials file" \
+	"$SMB_URL/smb-refuse-$$" -o credentials="$W/no-such-file"
+
+# --- 3. a daemon, a dropped connection ------------------------------------------
+
+# ferryfs as a daemon: its workers are forked again after fuse_daemonize's
+# fork (connections=3: at least 3 of them, its children; the flusher's
+# streams have theirs), and all of them are gone after the unmount
+daemon_check() {
+	local mnt=$W/mnt-d pid= workers n
+	mkdir -p "$mnt"
+	"$W/ferryfs" mount "$SMB_URL/smb-daemon-$$" "$mnt" \
+		-o credentials="$CRED",connections=3 </dev/null || return 1
+	echo daemon >"$mnt/d.txt" && [ "$(cat "$mnt/d.txt")" = daemon ] ||
+		{ fusermount3 -u "$mnt"; return 1; }
+	for p in $(pgrep -x ferryfs); do
+		[ "$(tr '\0' ' ' </proc/$p/cmdline)" = \
+			"$FERRYFS mount $SMB_URL/smb-daemon-$$ $mnt -o credentials=$CRED,connections=3 " ] &&
+			pid=$p
+	done
+	workers=$(pgrep -P "${pid:-0}" | tr '\n' ' ')
+	n=$(echo "$workers" | wc -w)
+	fusermount3 -u "$mnt" || return 1
+	[ -n "$pid" ] && [ "$n" -ge 3 ] ||
+		{ echo "daemon '$pid' with $n workers: $workers"; return 1; }
+	for _ in $(seq 1 100); do
+		kill -0 "$pid" $workers 2>/dev/null || return 0
+		sleep 0.1
+	done
+	echo "daemon $pid or its workers ($workers) still there 10 s after the unmount"
+	return 1
+}
+
+if daemon_check >"$W/daemon.out" 2>&1; then
+	summary+=("ok - a daemon: workers of its own, all gone after the unmount")
+else
+	failed=1
+	summary+=("not ok - a daemon FAILED")
+	sed 's/^/    /' "$W/daemon.out"
+fi
+
+# --- a dropped connection ------------------------------------------------------
+
+# The pid of the smbd serving the TCP connection of worker process $1.
+smbd_of_worker() {
+	local port
+	port=$(nsenter --net="$CLIENT_NETNS" ss -tnp 2>/dev/null |
+		awk -v p="pid=$1," '$0 ~ p && $5 ~ /:445$/ { sub(/.*:/, "", $4); print $4; exit }')
+	[ -n "$port" ] || return 1
+	nsenter --net="$NAS_NETNS" ss -tnp 2>/dev/null |
+		awk -v p=":$port" '$5 ~ p"$" { if (match($0, /pid=[0-9]+/)) print substr($0, RSTART + 4, RLENGTH - 4); exit }'
+}
+
+reconnect_check() {
+	local mnt=$W/mnt-rc worker smbd out
+	mkdir -p "$mnt"
+	# write-through: every write is a call of the driver, on its one
+	# connection
+	"$W/ferryfs" mount "$SMB_URL/smb-reconnect-$$" "$mnt" -f \
+		-o credentials="$CRED",connections=1,writeback=off \
+		>"$W/rc.log" 2>&1 </dev/null &
+	rc_daemon=$!
+	for _ in $(seq 1 100); do
+		awk -v m="$mnt" '$5 == m { f = 1 } END { exit !f }' /proc/self/mountinfo && break
+		sleep 0.1
+	done
+	worker=$(pgrep -P "$rc_daemon" | head -n 1)
+	smbd=${worker:+$(smbd_of_worker "$worker")}
+	if [ -z "$smbd" ]; then
+		echo "no worker ($worker) or smbd ($smbd) found"
+		return 1
+	fi
+	exec 8<>"$mnt/open.txt" || return 1
+	echo before >&8
+	kill "$smbd"
+	sleep 0.3
+	echo after >&8 && echo new >"$mnt/new.txt" || { exec 8>&-; return 1; }
+	exec 8>&-
+	out=$(cat "$mnt/open.txt" "$mnt/new.txt" | tr '\n' ' ')
+	[ "$out" = "before after new " ] || { echo "read back '$out'"; return 1; }
+	cmp -s <(printf 'before\nafter\n') "$SHARE_DIR/smb-reconnect-$$/open.txt" ||
+		{ echo "the share's copy differs"; return 1; }
+	grep -q "connection lost" "$W/rc.log" && grep -q "connection back" "$W/rc.log" ||
+		{ echo "no lost/back lines in the log"; return 1; }
+	fusermount3 -u "$mnt" || return 1
+	wait "$rc_daemon" || { echo "daemon exit status $?"; return 1; }
+	rc_daemon=
+}
+
+if [ "$nas_down" = 1 ] || [ "${SMB_SUITE_KILL_SMBD:-0}" = 1 ]; then
+	if reconnect_check >"$W/reconnect.out" 2>&1; then
+		summary+=("ok - a dropped connection: an open file and a new one go on working")
+	else
+		failed=1
+		summary+=("not ok - a dropped connection FAILED")
+		sed 's/^/    /' "$W/reconnect.out" "$W/rc.log"
+	fi
+else
+	summary+=("ok - a dropped connection # SKIP nas.sh was up already: its smbd processes are not ours to kill")
+fi
+
+# --- 4. the mount runs -------------------------------------------------------------
+
+# result NAME LOGFILE RC GATING: one summary line from a run's log
+result() {
+	local name=$1 file=$2 rc=$3 gating=$4 tally skips
+	tally=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$file" | tail -n 1)
+	skips=$(grep -c '# SKIP' "$file")
+	local line="$name: ${tally:-no tally} ($skips skipped, exit $rc)"
+	if [ "$rc" != 0 ]; then
+		if [ "$gating" = 1 ]; then
+			failed=1
+			line+=" FAILED"
+		else
+			line+=" (reported only)"
+		fi
+		grep -E '^not ok|giving it up' "$file" | head -n 40 |
+			sed 's/^/    /' >"$W/fails.${name// /-}"
+	fi
+	summary+=("$line")
+}
+
+runs=(wt)
+[ "$writeback" = 1 ] && runs+=(wb)
+for mode in "${runs[@]}"; do
+	for t in syscalls programs; do
+		if [ $t = syscalls ]; then
+			cmd=$IT_SYSCALLS
+		else
+			cmd=$ROOT/tests/it/it_programs.sh
+		fi
+		if [ "$mode" = wt ]; then
+			dir=smb-$t-$$ opts=writeback=off gating=1
+		else
+			dir=smb-wb-$t-$$ opts=writeback=on gating=0
+		fi
+		skip=$SMB_SKIP
+		# write-back: as nfs_suite, a change behind the mount's back is
+		# not looked for
+		[ "$mode" = wb ] && skip+=,remote_writer
+		log "$mode: it_$t on a mount of $SMB_URL/$dir ($opts)"
+		FERRYFS_REMOTE="$SMB_URL/$dir" \
+			FERRYFS_REMOTE_DIR="$SHARE_DIR/$dir" \
+			FERRYFS_OPTS="-o credentials=$CRED,$opts" \
+			IT_SKIP_FEATURES=$skip IT_SKIP_REASON=smb \
+			"$ROOT/tests/it/mount_run.sh" "$W/ferryfs" "$cmd" \
+			>"$W/$mode-$t.log" 2>&1
+		rc=$?
+		cat "$W/$mode-$t.log"
+		result "$mode it_$t" "$W/$mode-$t.log" $rc $gating
+	done
+done
+
+echo
+log "summary (server: $SMB_URL, skipped features: $SMB_SKIP)"
+for line in "${summary[@]}"; do
+	echo "  $line"
+done
+for f in "$W"/fails.*; do
+	[ -e "$f" ] || continue
+	echo "  ${f##*/fails.}:"
+	cat "$f"
+done
+status=$failed
+exit
