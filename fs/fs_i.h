@@ -87,6 +87,9 @@ struct fs_inode {
 	struct fs_link *links;      /* protected by itab->lock */
 	struct fs_handle *handles;  /* open handles; protected by itab->lock */
 	struct fs_inode *hnext;     /* hash chain; protected by itab->lock */
+	bool orphan;                /* out of the hash, on itab's orphans
+				       list (onext); protected by itab->lock */
+	struct fs_inode *onext;
 	/* close-to-open: what size/mtime the kernel's page cache holds;
 	 * protected by itab->lock */
 	bool cache_known;

@@ -28,6 +28,10 @@ struct fs_itab {
 	size_t nbuckets;           /* power of two; protected by lock */
 	size_t count;              /* protected by lock */
 	struct fs_inode *root;     /* immutable */
+	/* inodes taken out of the hash while the kernel still knows them
+	 * (the remote reused the number for another type): freed on forget,
+	 * or by fs_itab_free(); protected by lock, linked by onext */
+	struct fs_inode *orphans;
 };
 
 static size_t hash_key(uint64_t dev, uint64_t ino)
@@ -125,8 +129,15 @@ static void maybe_free(struct fs_itab *t, struct fs_inode *n)
 
 	if (n->nlookup || n->refs || n == t->root)
 		return;
-	if (n->hnext || find_locked(t, n->dev, n->ino) == n)
+	if (n->orphan) {
+		struct fs_inode **p = &t->orphans;
+
+		while (*p != n)
+			p = &(*p)->onext;
+		*p = n->onext;
+	} else if (n->hnext || find_locked(t, n->dev, n->ino) == n) {
 		hash_remove(t, n);
+	}
 	for (l = n->links; l; l = next) {
 		struct fs_inode *p = l->parent;
 
@@ -225,26 +236,34 @@ int fs_itab_new(const struct stat *root_st, struct fs_itab **out)
 	return 0;
 }
 
+static void inode_destroy(struct fs_inode *n)
+{
+	struct fs_link *l, *ln;
+
+	for (l = n->links; l; l = ln) {
+		ln = l->next;
+		free(l);
+	}
+	pthread_mutex_destroy(&n->append_lock);
+	free(n);
+}
+
 void fs_itab_free(struct fs_itab *t)
 {
+	struct fs_inode *n, *next;
 	size_t i;
 
 	if (!t)
 		return;
 	for (i = 0; i < t->nbuckets; i++) {
-		struct fs_inode *n = t->buckets[i], *next;
-
-		for (; n; n = next) {
-			struct fs_link *l, *ln;
-
+		for (n = t->buckets[i]; n; n = next) {
 			next = n->hnext;
-			for (l = n->links; l; l = ln) {
-				ln = l->next;
-				free(l);
-			}
-			pthread_mutex_destroy(&n->append_lock);
-			free(n);
+			inode_destroy(n);
 		}
+	}
+	for (n = t->orphans; n; n = next) {
+		next = n->onext;
+		inode_destroy(n);
 	}
 	free(t->buckets);
 	pthread_mutex_destroy(&t->lock);
@@ -281,6 +300,9 @@ int fs_itab_lookup(struct fs_itab *t, struct fs_inode *parent,
 		 * the old inode stays reachable by the kernel until forgotten
 		 * but is no longer found by key */
 		hash_remove(t, n);
+		n->orphan = true;
+		n->onext = t->orphans;
+		t->orphans = n;
 		n = NULL;
 	}
 	if (!n) {
