@@ -35,6 +35,7 @@
 #include "fs_i.h"
 #include "log.h"
 #include "remote.h"
+#include "sys.h"
 
 static ssize_t pread_all(struct rmt_file *f, char *buf, size_t len, off_t off)
 {
@@ -179,24 +180,6 @@ ssize_t fs_read_remote(struct fs *fs, struct fs_handle *h, char *buf,
 	return rc < 0 ? rc : (ssize_t)len;
 }
 
-/* mkdir -p of @dir's parents, 0700 for the ones made here */
-static int make_parents(const char *dir)
-{
-	char p[4096];
-	char *s;
-
-	if (strlen(dir) >= sizeof(p))
-		return -ENAMETOOLONG;
-	strcpy(p, dir);
-	for (s = p + 1; (s = strchr(s, '/')); s++) {
-		*s = '\0';
-		if (mkdir(p, 0700) < 0 && errno != EEXIST)
-			return -errno;
-		*s = '/';
-	}
-	return 0;
-}
-
 int fs_cache_open(struct fs *fs)
 {
 	const struct fs_opts *o = fs->o;
@@ -212,7 +195,7 @@ int fs_cache_open(struct fs *fs)
 				"or -o cache=off\n");
 		return -EINVAL;
 	}
-	rc = make_parents(fs->cache_dir);
+	rc = sys_mkdir_parents(fs->cache_dir, 0700);
 	if (rc == 0)
 		rc = cache_open(fs->cache_dir, &cfg, &fs->cache);
 	if (rc < 0) {

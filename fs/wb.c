@@ -65,6 +65,7 @@
 #include "journal.h"
 #include "log.h"
 #include "remote.h"
+#include "sys.h"
 
 #define FS_MAX_WRITE (1u << 20)
 
@@ -1744,23 +1745,6 @@ void fs_wb_ops(struct fuse_lowlevel_ops *ops)
 
 /* --- the journal and the flusher ------------------------------------------ */
 
-/* mkdir -p of the journal's parents (0700 for the ones made here) */
-static int make_parents(const char *dir)
-{
-	char p[PATH_MAX];
-	char *s;
-
-	if (snprintf(p, sizeof(p), "%s", dir) >= (int)sizeof(p))
-		return -ENAMETOOLONG;
-	for (s = p + 1; (s = strchr(s, '/')); s++) {
-		*s = '\0';
-		if (mkdir(p, 0700) < 0 && errno != EEXIST)
-			return -errno;
-		*s = '/';
-	}
-	return 0;
-}
-
 int fs_wb_open(struct fs *fs, bool check_only)
 {
 	const struct fs_opts *o = fs->o;
@@ -1780,7 +1764,7 @@ int fs_wb_open(struct fs *fs, bool check_only)
 			return -EINVAL;
 		}
 	}
-	rc = make_parents(fs->journal_dir);
+	rc = sys_mkdir_parents(fs->journal_dir, 0700);
 	if (rc == 0)
 		rc = jnl_open(fs->journal_dir, &cfg, JNL_CREATE, &fs->jnl);
 	if (rc < 0) {

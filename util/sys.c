@@ -1,6 +1,9 @@
 /* sys.c - syscall wrappers returning -errno (see sys.h). */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "sys.h"
@@ -59,4 +62,21 @@ int sys_fsync_dir(const char *dir)
 		rc = -errno;
 	close(fd);
 	return rc;
+}
+
+int sys_mkdir_parents(const char *path, mode_t mode)
+{
+	char p[PATH_MAX];
+	char *s;
+
+	if (strlen(path) >= sizeof(p))
+		return -ENAMETOOLONG;
+	strcpy(p, path);
+	for (s = p + 1; (s = strchr(s, '/')); s++) {
+		*s = '\0';
+		if (mkdir(p, mode) < 0 && errno != EEXIST)
+			return -errno;
+		*s = '/';
+	}
+	return 0;
 }

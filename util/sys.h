@@ -22,4 +22,8 @@ int sys_close(int fd);
 /* fsync the directory that holds path (after a rename into it). */
 int sys_fsync_dir(const char *dir);
 
+/* mkdir -p of the parents of @path (not @path itself), @mode for the
+ * ones made here. Errors: -ENAMETOOLONG, mkdir's. */
+int sys_mkdir_parents(const char *path, mode_t mode);
+
 #endif
