@@ -19,43 +19,23 @@
 #
 # Environment: RUNS=5 SIZE_MB=1024 SMALL_FILES=10000 SMALL_DIRS=100
 #   BUILD_DIR=build  FERRYFS=<binary, default $BUILD_DIR/fs/ferryfs>
-#   FERRYFS_OPTS="-o ..."  BENCH_PARENT=/var/tmp  SHM_PARENT=/dev/shm
+#   FERRYFS_OPTS="-o ..." (default "-o writeback=off": the foundation)
+#   BENCH_PARENT=/var/tmp  SHM_PARENT=/dev/shm
 # Needs root (drop_caches). Always unmounts and removes its files.
 set -euo pipefail
 shopt -s inherit_errexit
 
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-ROOT=$(pwd)
-APPEND=0
-case "${1:-}" in
---append) APPEND=1 ;;
-"") ;;
--h | --help)
-	sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
-	exit 0
-	;;
-*)
-	echo "bench: unknown option '$1' (try --help)" >&2
-	exit 2
-	;;
-esac
-
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_args "$@"
 RUNS=${RUNS:-5}
 SIZE_MB=${SIZE_MB:-1024}
 SMALL_FILES=${SMALL_FILES:-10000}
 SMALL_DIRS=${SMALL_DIRS:-100}
-BUILD_DIR=${BUILD_DIR:-build}
-FERRYFS=${FERRYFS:-$BUILD_DIR/fs/ferryfs}
-FERRYFS_OPTS=${FERRYFS_OPTS:-}
+# the foundation is write-through (issue 2): FERRYFS_OPTS="-o writeback=on"
+# measures the write-back mount instead
+FERRYFS_OPTS=${FERRYFS_OPTS:--o writeback=off}
 BENCH_PARENT=${BENCH_PARENT:-/var/tmp}
 SHM_PARENT=${SHM_PARENT:-/dev/shm}
-RESULTS=$ROOT/tests/bench/RESULTS.md
-
-die() {
-	echo "bench: $*" >&2
-	exit 1
-}
-log() { printf '%s\n' "$*" >&2; }
 
 ((EUID == 0)) || die "needs root (to drop the page cache): sudo $0"
 [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a positive integer"
@@ -63,17 +43,7 @@ for t in fusermount3 mountpoint findmnt dd perl awk; do
 	command -v "$t" >/dev/null || die "'$t' not found (run scripts/deps.sh)"
 done
 
-# --- ferryfs binary ---------------------------------------------------------
-if [[ ! -x "$FERRYFS" ]]; then
-	log "bench: building $FERRYFS"
-	[[ -f "$BUILD_DIR/CMakeCache.txt" ]] ||
-		cmake -S "$ROOT" -B "$BUILD_DIR" -DFERRYFS_WERROR=ON >/dev/null
-	cmake --build "$BUILD_DIR" --target ferryfs -j"$(nproc)" >/dev/null
-fi
-FERRYFS=$(realpath "$FERRYFS")
-if grep -q 'FERRYFS_SANITIZE:BOOL=ON' "$(dirname "$FERRYFS")/../CMakeCache.txt" 2>/dev/null; then
-	log "bench: warning: $FERRYFS is a sanitizer build; numbers will be low"
-fi
+bench_ferryfs
 
 # --- work space: remote on the real disk, sources on tmpfs --------------------
 WORK=
@@ -216,11 +186,6 @@ run_small_cp() {
 	cp -a "$SHM/tree" "$1/tree"
 	sync
 	secs "$t0" "$(now)"
-}
-
-median() {
-	tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 }
-		END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
 WORKLOADS=(write-dd write-cp read-cold small-cp)

@@ -26,41 +26,14 @@
 set -euo pipefail
 shopt -s inherit_errexit
 
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-ROOT=$(pwd)
-APPEND=0
-case "${1:-}" in
---append) APPEND=1 ;;
-"") ;;
--h | --help)
-	sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
-	exit 0
-	;;
-*)
-	echo "bench: unknown option '$1' (try --help)" >&2
-	exit 2
-	;;
-esac
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_args "$@"
 RUNS=${RUNS:-3}
 SIZE_MB=${SIZE_MB:-2048}
 THROTTLE=${THROTTLE:-remote_stream_rate=110M,remote_rate=440M}
-BUILD_DIR=${BUILD_DIR:-build}
-FERRYFS=${FERRYFS:-$BUILD_DIR/fs/ferryfs}
 BENCH_PARENT=${BENCH_PARENT:-/var/tmp}
-RESULTS=$ROOT/tests/bench/RESULTS.md
-
-die() {
-	echo "bench: $*" >&2
-	exit 1
-}
-log() { printf '%s\n' "$*" >&2; }
 ((EUID == 0)) || die "needs root (to drop the page cache): sudo $0"
-if [[ ! -x "$FERRYFS" ]]; then
-	[[ -f "$BUILD_DIR/CMakeCache.txt" ]] ||
-		cmake -S "$ROOT" -B "$BUILD_DIR" -DFERRYFS_WERROR=ON >/dev/null
-	cmake --build "$BUILD_DIR" --target ferryfs -j"$(nproc)" >/dev/null
-fi
-FERRYFS=$(realpath "$FERRYFS")
+bench_ferryfs
 
 WORK=$(mktemp -d "$BENCH_PARENT/ferryfs-rbench.XXXXXX")
 MNT=$WORK/mnt
@@ -116,11 +89,6 @@ mount_with() { # mount_with OPTS: a fresh cache
 	done
 	die "mount failed: $(tail -3 "$WORK/ferryfs.log")"
 }
-median() {
-	tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 }
-		END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
-
 declare -A RAW
 for k in ra4 ra0 cold direct warm local; do RAW[$k]=; done
 for ((i = 1; i <= RUNS; i++)); do

@@ -30,49 +30,20 @@
 set -euo pipefail
 shopt -s inherit_errexit
 
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-ROOT=$(pwd)
-APPEND=0
-case "${1:-}" in
---append) APPEND=1 ;;
-"") ;;
--h | --help)
-	sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
-	exit 0
-	;;
-*)
-	echo "bench: unknown option '$1' (try --help)" >&2
-	exit 2
-	;;
-esac
-
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_args "$@"
 RUNS=${RUNS:-3}
 SIZE_MB=${SIZE_MB:-2048}
 SMALL_FILES=${SMALL_FILES:-10000}
 STREAMS=${STREAMS:-4}
 THROTTLE=${THROTTLE:-remote_rate=110M,remote_latency=1ms}
-BUILD_DIR=${BUILD_DIR:-build}
-FERRYFS=${FERRYFS:-$BUILD_DIR/fs/ferryfs}
 BENCH_PARENT=${BENCH_PARENT:-/var/tmp}
-RESULTS=$ROOT/tests/bench/RESULTS.md
-
-die() {
-	echo "bench: $*" >&2
-	exit 1
-}
-log() { printf '%s\n' "$*" >&2; }
 
 ((EUID == 0)) || die "needs root (to drop the page cache): sudo $0"
 for t in fusermount3 tar cmp diff awk paste perl; do
 	command -v "$t" >/dev/null || die "'$t' not found (run scripts/deps.sh)"
 done
-if [[ ! -x "$FERRYFS" ]]; then
-	log "bench: building $FERRYFS"
-	[[ -f "$BUILD_DIR/CMakeCache.txt" ]] ||
-		cmake -S "$ROOT" -B "$BUILD_DIR" -DFERRYFS_WERROR=ON >/dev/null
-	cmake --build "$BUILD_DIR" --target ferryfs -j"$(nproc)" >/dev/null
-fi
-FERRYFS=$(realpath "$FERRYFS")
+bench_ferryfs
 
 WORK=
 SHM=
@@ -173,11 +144,6 @@ run() {
 	esac
 	umount_it
 	echo "$(secs "$t0" "$t1") $(secs "$t1" "$t2")"
-}
-
-median() {
-	tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 }
-		END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
 declare -A CMD FLUSH

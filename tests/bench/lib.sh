@@ -1,0 +1,56 @@
+# lib.sh - what the benchmark scripts of tests/bench share; sourced, not run.
+#
+#   . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+#   bench_args "$@"      --append sets APPEND=1, -h/--help prints the
+#                        calling script's header comment; cd to the root,
+#                        ROOT and RESULTS set
+#   bench_ferryfs        FERRYFS (default $BUILD_DIR/fs/ferryfs) built if
+#                        missing, made absolute; warns of a sanitizer build
+#   die, log, median     (median: of the numbers on stdin)
+
+die() {
+	echo "bench: $*" >&2
+	exit 1
+}
+log() { printf '%s\n' "$*" >&2; }
+
+median() {
+	tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 }
+		END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+bench_args() {
+	local script=${BASH_SOURCE[1]}
+
+	cd "$(dirname "$script")/../.."
+	ROOT=$(pwd)
+	RESULTS=$ROOT/tests/bench/RESULTS.md
+	APPEND=0
+	case "${1:-}" in
+	--append) APPEND=1 ;;
+	"") ;;
+	-h | --help)
+		sed -n '2,/^set -euo/p' "$script" | sed '$d; s/^# \{0,1\}//'
+		exit 0
+		;;
+	*)
+		echo "bench: unknown option '$1' (try --help)" >&2
+		exit 2
+		;;
+	esac
+}
+
+bench_ferryfs() {
+	BUILD_DIR=${BUILD_DIR:-build}
+	FERRYFS=${FERRYFS:-$BUILD_DIR/fs/ferryfs}
+	if [[ ! -x "$FERRYFS" ]]; then
+		log "bench: building $FERRYFS"
+		[[ -f "$BUILD_DIR/CMakeCache.txt" ]] ||
+			cmake -S "$ROOT" -B "$BUILD_DIR" -DFERRYFS_WERROR=ON >/dev/null
+		cmake --build "$BUILD_DIR" --target ferryfs -j"$(nproc)" >/dev/null
+	fi
+	FERRYFS=$(realpath "$FERRYFS")
+	if grep -q 'FERRYFS_SANITIZE:BOOL=ON' "$(dirname "$FERRYFS")/../CMakeCache.txt" 2>/dev/null; then
+		log "bench: warning: $FERRYFS is a sanitizer build; numbers will be low"
+	fi
+}
