@@ -2155,33 +2155,6 @@ static int nrmt_setattr(struct rmt *r, const char *path, struct rmt_file *f,
 }
 
 /* No RMT_CAP_XATTR: remote.c answers before these could be called. */
-static ssize_t nrmt_getxattr(struct rmt *r, const char *path, const char *name,
-			    void *buf, size_t size)
-{
-	(void)r, (void)path, (void)name, (void)buf, (void)size;
-	return -EOPNOTSUPP;
-}
-
-static int nrmt_setxattr(struct rmt *r, const char *path, const char *name,
-			const void *value, size_t size, int flags)
-{
-	(void)r, (void)path, (void)name, (void)value, (void)size, (void)flags;
-	return -EOPNOTSUPP;
-}
-
-static ssize_t nrmt_listxattr(struct rmt *r, const char *path, char *buf,
-			     size_t size)
-{
-	(void)r, (void)path, (void)buf, (void)size;
-	return 0;
-}
-
-static int nrmt_removexattr(struct rmt *r, const char *path, const char *name)
-{
-	(void)r, (void)path, (void)name;
-	return -EOPNOTSUPP;
-}
-
 /* --- files ------------------------------------------------------------- */
 
 static int fstat64_of(struct nrmt *n, struct nfsfh *fh, struct stat *st)
@@ -2612,10 +2585,6 @@ static const struct rmt_ops nfs_ops = {
 	.link = nrmt_link,
 	.rename = nrmt_rename,
 	.setattr = nrmt_setattr,
-	.getxattr = nrmt_getxattr,
-	.setxattr = nrmt_setxattr,
-	.listxattr = nrmt_listxattr,
-	.removexattr = nrmt_removexattr,
 	.file_open = nrmt_file_open,
 	.file_close = nrmt_file_close,
 	.file_pread = nrmt_file_pread,

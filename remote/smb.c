@@ -1720,33 +1720,6 @@ static int setattr_named(struct srmt *s, const char *path, struct rmt_file *f,
 }
 
 /* No RMT_CAP_XATTR: remote.c answers before these could be called. */
-static ssize_t srmt_getxattr(struct rmt *r, const char *path, const char *name,
-			     void *buf, size_t size)
-{
-	(void)r, (void)path, (void)name, (void)buf, (void)size;
-	return -EOPNOTSUPP;
-}
-
-static int srmt_setxattr(struct rmt *r, const char *path, const char *name,
-			 const void *value, size_t size, int flags)
-{
-	(void)r, (void)path, (void)name, (void)value, (void)size, (void)flags;
-	return -EOPNOTSUPP;
-}
-
-static ssize_t srmt_listxattr(struct rmt *r, const char *path, char *buf,
-			      size_t size)
-{
-	(void)r, (void)path, (void)buf, (void)size;
-	return 0;
-}
-
-static int srmt_removexattr(struct rmt *r, const char *path, const char *name)
-{
-	(void)r, (void)path, (void)name;
-	return -EOPNOTSUPP;
-}
-
 static int srmt_file_open(struct rmt *r, const char *path, int flags,
 			  mode_t mode, struct rmt_file **out)
 {
@@ -1978,10 +1951,6 @@ static const struct rmt_ops smb_ops = {
 	.link = srmt_link,
 	.rename = srmt_rename,
 	.setattr = srmt_setattr,
-	.getxattr = srmt_getxattr,
-	.setxattr = srmt_setxattr,
-	.listxattr = srmt_listxattr,
-	.removexattr = srmt_removexattr,
 	.file_open = srmt_file_open,
 	.file_close = srmt_file_close,
 	.file_pread = srmt_file_pread,
