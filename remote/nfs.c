@@ -2545,31 +2545,6 @@ static int nrmt_file_flush(struct rmt_file *f)
 	return commit(to_nrmt(f->r), to_nfile(f));
 }
 
-static int nrmt_file_fallocate(struct rmt_file *f, int mode, off_t off,
-			      off_t len)
-{
-	(void)f, (void)mode, (void)off, (void)len;
-	return -EOPNOTSUPP;
-}
-
-/* Holes are not known: all of the file is data (top of this file). */
-static off_t nrmt_file_seek(struct rmt_file *f, off_t off, int whence)
-{
-	struct stat st;
-	int rc;
-
-	if (whence != SEEK_DATA && whence != SEEK_HOLE)
-		return -EINVAL;
-	if (off < 0)
-		return -ENXIO;
-	rc = nrmt_file_stat(f, &st);
-	if (rc < 0)
-		return rc;
-	if (off >= st.st_size)
-		return -ENXIO;
-	return whence == SEEK_DATA ? off : st.st_size;
-}
-
 static const struct rmt_ops nfs_ops = {
 	.name = "nfs",
 	.close = nrmt_close,
@@ -2591,8 +2566,6 @@ static const struct rmt_ops nfs_ops = {
 	.file_pwrite = nrmt_file_pwrite,
 	.file_stat = nrmt_file_stat,
 	.file_fsync = nrmt_file_fsync,
-	.file_fallocate = nrmt_file_fallocate,
-	.file_seek = nrmt_file_seek,
 	.file_copy = NULL, /* remote.c copies through pread/pwrite */
 	.file_fd = NULL,
 	.file_flush = nrmt_file_flush,

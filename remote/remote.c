@@ -23,9 +23,11 @@
  * Callers: fs/ today; journal/ and cache/ later (see remote.h).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "remote_i.h"
 
@@ -551,12 +553,35 @@ int rmt_file_flush(struct rmt_file *f)
 int rmt_file_fallocate(struct rmt_file *f, int mode, off_t off, off_t len)
 {
 	OP(f->r);
+	if (!f->r->ops->file_fallocate)
+		return -EOPNOTSUPP;
 	return f->r->ops->file_fallocate(f, mode, off, len);
+}
+
+/* A driver that cannot tell holes (file_seek NULL): all of a file is
+ * data. */
+static off_t seek_all_data(struct rmt_file *f, off_t off, int whence)
+{
+	struct stat st;
+	int rc;
+
+	if (whence != SEEK_DATA && whence != SEEK_HOLE)
+		return -EINVAL;
+	if (off < 0)
+		return -ENXIO;
+	rc = f->r->ops->file_stat(f, &st);
+	if (rc < 0)
+		return rc;
+	if (off >= st.st_size)
+		return -ENXIO;
+	return whence == SEEK_DATA ? off : st.st_size;
 }
 
 off_t rmt_file_seek(struct rmt_file *f, off_t off, int whence)
 {
 	OP(f->r);
+	if (!f->r->ops->file_seek)
+		return seek_all_data(f, off, whence);
 	return f->r->ops->file_seek(f, off, whence);
 }
 

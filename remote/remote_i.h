@@ -53,8 +53,11 @@ struct rmt_ops {
 			       off_t off);
 	int (*file_stat)(struct rmt_file *f, struct stat *st);
 	int (*file_fsync)(struct rmt_file *f, bool datasync);
+	/* NULL: -EOPNOTSUPP (remote.c) */
 	int (*file_fallocate)(struct rmt_file *f, int mode, off_t off,
 			      off_t len);
+	/* NULL: the driver cannot tell holes; remote.c answers that all of
+	 * a file is data */
 	off_t (*file_seek)(struct rmt_file *f, off_t off, int whence);
 	/* optional: server-side copy; NULL or -EOPNOTSUPP/-EXDEV falls back
 	 * to the generic read/write loop in remote.c */

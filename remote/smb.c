@@ -1873,31 +1873,6 @@ static int srmt_file_fsync(struct rmt_file *f, bool datasync)
 	return 0;
 }
 
-static int srmt_file_fallocate(struct rmt_file *f, int mode, off_t off,
-			       off_t len)
-{
-	(void)f, (void)mode, (void)off, (void)len;
-	return -EOPNOTSUPP;
-}
-
-/* Holes are not known: all of the file is data (top of this file). */
-static off_t srmt_file_seek(struct rmt_file *f, off_t off, int whence)
-{
-	struct stat st;
-	int rc;
-
-	if (whence != SEEK_DATA && whence != SEEK_HOLE)
-		return -EINVAL;
-	if (off < 0)
-		return -ENXIO;
-	rc = srmt_file_stat(f, &st);
-	if (rc < 0)
-		return rc;
-	if (off >= st.st_size)
-		return -ENXIO;
-	return whence == SEEK_DATA ? off : st.st_size;
-}
-
 /* Server-side (COPYCHUNK) between two files of one connection. */
 static ssize_t srmt_file_copy(struct rmt_file *in, off_t off_in,
 			      struct rmt_file *out, off_t off_out, size_t len)
@@ -1957,8 +1932,6 @@ static const struct rmt_ops smb_ops = {
 	.file_pwrite = srmt_file_pwrite,
 	.file_stat = srmt_file_stat,
 	.file_fsync = srmt_file_fsync,
-	.file_fallocate = srmt_file_fallocate,
-	.file_seek = srmt_file_seek,
 	.file_copy = srmt_file_copy,
 	.file_fd = NULL,
 	.file_flush = srmt_file_flush,
