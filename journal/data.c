@@ -1498,16 +1498,21 @@ out_free:
 
 /* --- clean ---------------------------------------------------------------------- */
 
+/* Has node @n something the remote does not have yet (a create, an op, a
+ * chunk not FLUSHED), or no remote name? */
+static bool node_pending(const struct jnl_nrec *n)
+{
+	return (n->r.flags & (JNL_NODE_LOCAL | JNL_NODE_UNLINKED)) ||
+	       !n->r.rparent || n->r.unflushed || n->r.nops;
+}
+
 /* May node @n (read in some transaction) be cleaned? 0 yes, 1 nothing to
  * clean (not a regular file), -EBUSY not yet (journal.h). */
 static int clean_ok(const struct jnl_nrec *n)
 {
 	if (!S_ISREG(n->r.mode))
 		return 1;
-	if ((n->r.flags & (JNL_NODE_LOCAL | JNL_NODE_UNLINKED)) ||
-	    !n->r.rparent || n->r.unflushed || n->r.nops)
-		return -EBUSY;
-	return 0;
+	return node_pending(n) ? -EBUSY : 0;
 }
 
 /* Has node @id a mark in pend? lock held, and commit_lock (committing is
@@ -1522,6 +1527,37 @@ static bool pend_has_node(struct jnl *j, jnl_id id)
 			return true;
 	}
 	return false;
+}
+
+/*
+ * Begin a write transaction on node @id with nobody else at its records:
+ * no mark between memory and LMDB (commit_lock), no writer, reader or
+ * filler between our look and our I/O (rw exclusive), and no mark of @id
+ * pending (-EBUSY). On success end with quiet_end() after the commit or
+ * abort; on error nothing is held.
+ */
+static int quiet_begin(struct jnl *j, jnl_id id, struct jnl_wtx *w)
+{
+	int rc;
+
+	pthread_mutex_lock(&j->commit_lock);
+	pthread_rwlock_wrlock(&j->rw);
+	pthread_mutex_lock(&j->lock);
+	rc = pend_has_node(j, id) ? -EBUSY : 0;
+	pthread_mutex_unlock(&j->lock);
+	if (!rc)
+		rc = jnl_wtx_begin(j, w, false);
+	if (rc) {
+		pthread_rwlock_unlock(&j->rw);
+		pthread_mutex_unlock(&j->commit_lock);
+	}
+	return rc;
+}
+
+static void quiet_end(struct jnl *j)
+{
+	pthread_rwlock_unlock(&j->rw);
+	pthread_mutex_unlock(&j->commit_lock);
 }
 
 /* Does node @id have a chunk record? */
@@ -1601,18 +1637,9 @@ int jnl_node_clean(struct jnl *j, jnl_id id)
 	if (rc)
 		goto out_free;
 
-	/* no mark between memory and LMDB (commit_lock), no writer, reader
-	 * or filler between its look and its I/O (rw exclusive) */
-	pthread_mutex_lock(&j->commit_lock);
-	pthread_rwlock_wrlock(&j->rw);
-	pthread_mutex_lock(&j->lock);
-	rc = pend_has_node(j, id) ? -EBUSY : 0;
-	pthread_mutex_unlock(&j->lock);
+	rc = quiet_begin(j, id, &w);
 	if (rc)
-		goto out_unlock;
-	rc = jnl_wtx_begin(j, &w, false);
-	if (rc)
-		goto out_unlock;
+		goto out_free;
 	rc = jnl_node_read(j, w.txn, id, n);
 	if (!rc)
 		rc = clean_ok(n);
@@ -1628,14 +1655,11 @@ int jnl_node_clean(struct jnl *j, jnl_id id)
 	/* the staging file goes once this is durable (jnl_gc_run()) */
 	if (!rc)
 		rc = jnl_gc_add(j, id, 0, 0);
-	if (rc) {
+	if (rc)
 		jnl_wtx_abort(&w);
-		goto out_unlock;
-	}
-	rc = jnl_wtx_commit(&w);
-out_unlock:
-	pthread_rwlock_unlock(&j->rw);
-	pthread_mutex_unlock(&j->commit_lock);
+	else
+		rc = jnl_wtx_commit(&w);
+	quiet_end(j);
 out_free:
 	free(idx);
 	free(recs);
@@ -1646,26 +1670,16 @@ out_free:
 int jnl_node_refresh(struct jnl *j, jnl_id id, const struct stat *st)
 {
 	struct jnl_nrec *n = malloc(sizeof(*n));
-	struct timespec ts;
 	struct jnl_wtx w;
 	int rc;
 
 	if (!n)
 		return -ENOMEM;
-	/* no mark between memory and LMDB, no writer meanwhile: as a clean */
-	pthread_mutex_lock(&j->commit_lock);
-	pthread_rwlock_wrlock(&j->rw);
-	pthread_mutex_lock(&j->lock);
-	rc = pend_has_node(j, id) ? -EBUSY : 0;
-	pthread_mutex_unlock(&j->lock);
+	rc = quiet_begin(j, id, &w);
 	if (rc)
-		goto out_unlock;
-	rc = jnl_wtx_begin(j, &w, false);
-	if (rc)
-		goto out_unlock;
+		goto out_free;
 	rc = jnl_node_read(j, w.txn, id, n);
-	if (!rc && ((n->r.flags & (JNL_NODE_LOCAL | JNL_NODE_UNLINKED)) ||
-		    !n->r.rparent || n->r.unflushed || n->r.nops))
+	if (!rc && node_pending(n))
 		rc = -EBUSY;
 	if (!rc && S_ISREG(n->r.mode)) {
 		rc = has_chunks(j, w.txn, id);
@@ -1676,34 +1690,16 @@ int jnl_node_refresh(struct jnl *j, jnl_id id, const struct stat *st)
 	if (!rc && n->r.base_ino && (n->r.base_ino != (uint64_t)st->st_ino ||
 				     n->r.base_dev != (uint64_t)st->st_dev))
 		rc = -ESTALE;
-	if (rc) {
-		jnl_wtx_abort(&w);
-		goto out_unlock;
+	if (!rc) {
+		jnl_rec_take_stat(&n->r, st);
+		rc = jnl_node_write(j, w.txn, id, n);
 	}
-	n->r.mode = (uint32_t)st->st_mode;
-	n->r.uid = (uint32_t)st->st_uid;
-	n->r.gid = (uint32_t)st->st_gid;
-	n->r.size = (uint64_t)st->st_size;
-	if (S_ISREG(st->st_mode))
-		n->r.rvalid = n->r.size;
-	n->r.nlink = st->st_nlink ? (uint64_t)st->st_nlink : 1;
-	ts = st->st_atim;
-	n->r.atime_sec = ts.tv_sec;
-	n->r.atime_nsec = (uint32_t)ts.tv_nsec;
-	ts = st->st_mtim;
-	n->r.mtime_sec = ts.tv_sec;
-	n->r.mtime_nsec = (uint32_t)ts.tv_nsec;
-	ts = st->st_ctim;
-	n->r.ctime_sec = ts.tv_sec;
-	n->r.ctime_nsec = (uint32_t)ts.tv_nsec;
-	rc = jnl_node_write(j, w.txn, id, n);
 	if (rc)
 		jnl_wtx_abort(&w);
 	else
 		rc = jnl_wtx_commit(&w);
-out_unlock:
-	pthread_rwlock_unlock(&j->rw);
-	pthread_mutex_unlock(&j->commit_lock);
+	quiet_end(j);
+out_free:
 	free(n);
 	return rc;
 }

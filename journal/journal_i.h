@@ -435,6 +435,9 @@ struct jnl_pnode {
 	uint64_t max_end;
 	struct timespec mtime;
 };
+/* A node record takes the remote's attributes @st: mode, owner, times,
+ * size, nlink, and rvalid (the remote bytes of a regular file). */
+void jnl_rec_take_stat(struct jnl_node_rec *r, const struct stat *st);
 /* Read it (takes lock), then merge it into a record read after. */
 void jnl_pend_node_get(struct jnl *j, jnl_id id, struct jnl_pnode *p);
 void jnl_pnode_merge(const struct jnl_pnode *p, struct jnl_node_rec *r);

@@ -152,6 +152,19 @@ static void ts_set(int64_t *sec, uint32_t *nsec, const struct timespec *ts)
 	*nsec = (uint32_t)ts->tv_nsec;
 }
 
+void jnl_rec_take_stat(struct jnl_node_rec *r, const struct stat *st)
+{
+	r->mode = (uint32_t)st->st_mode;
+	r->uid = (uint32_t)st->st_uid;
+	r->gid = (uint32_t)st->st_gid;
+	ts_set(&r->atime_sec, &r->atime_nsec, &st->st_atim);
+	ts_set(&r->mtime_sec, &r->mtime_nsec, &st->st_mtim);
+	ts_set(&r->ctime_sec, &r->ctime_nsec, &st->st_ctim);
+	r->size = (uint64_t)st->st_size;
+	r->nlink = st->st_nlink ? (uint64_t)st->st_nlink : 1;
+	r->rvalid = S_ISREG(st->st_mode) ? (uint64_t)st->st_size : 0;
+}
+
 static void touch(struct jnl_node_rec *r, bool mtime)
 {
 	struct timespec now;
@@ -618,19 +631,11 @@ int jnl_node_import(struct jnl *j, jnl_id parent, const char *name,
 	id = w.m.next_id++;
 	w.m_dirty = true;
 	n = nset_new(s, id);
-	n->r.mode = (uint32_t)st->st_mode;
-	n->r.uid = (uint32_t)st->st_uid;
-	n->r.gid = (uint32_t)st->st_gid;
-	ts_set(&n->r.atime_sec, &n->r.atime_nsec, &st->st_atim);
-	ts_set(&n->r.mtime_sec, &n->r.mtime_nsec, &st->st_mtim);
-	ts_set(&n->r.ctime_sec, &n->r.ctime_nsec, &st->st_ctim);
-	n->r.size = (uint64_t)st->st_size;
-	n->r.nlink = st->st_nlink ? (uint64_t)st->st_nlink : 1;
+	jnl_rec_take_stat(&n->r, st);
 	n->r.base_dev = (uint64_t)st->st_dev;
 	n->r.base_ino = (uint64_t)st->st_ino;
 	n->r.rparent = parent;
 	n->r.mparent = parent;
-	n->r.rvalid = S_ISREG(st->st_mode) ? (uint64_t)st->st_size : 0;
 	snprintf(n->rname, sizeof(n->rname), "%s", name);
 	rc = jnl_dentry_put(j, w.txn, parent, name, id, 0);
 	if (!rc && st->st_ino)
