@@ -28,6 +28,7 @@
 #ifndef FERRYFS_FS_I_H
 #define FERRYFS_FS_I_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -296,7 +297,42 @@ void fs_cache_stop(struct fs *fs);
 /* The "cache": {...} member of the status reply; returns its length. */
 int fs_cache_status(struct fs *fs, char *buf, size_t size);
 
+/* the largest FUSE write and read, and the st_blksize of files (ops.c) */
+#define FS_MAX_WRITE (1u << 20)
+
 #ifdef FUSE_LOWLEVEL_H_
+/* What ops.c and wb.c call every FUSE argument. An inode number is the
+ * struct fs_inode pointer (never persisted), FUSE_ROOT_ID the root. */
+static inline struct fs *fs_of(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static inline struct fs_inode *inode_of(struct fs *fs, fuse_ino_t ino)
+{
+	if (ino == FUSE_ROOT_ID)
+		return fs_itab_root(fs->itab);
+	return (struct fs_inode *)(uintptr_t)ino;
+}
+
+static inline fuse_ino_t ino_of(struct fs *fs, struct fs_inode *n)
+{
+	if (n == fs_itab_root(fs->itab))
+		return FUSE_ROOT_ID;
+	return (fuse_ino_t)(uintptr_t)n;
+}
+
+static inline struct fs_handle *handle_of(struct fuse_file_info *fi)
+{
+	return (struct fs_handle *)(uintptr_t)fi->fh;
+}
+
+/* -errno inside, positive at the FUSE boundary (anything else: EIO) */
+static inline void reply_err(fuse_req_t req, int rc)
+{
+	fuse_reply_err(req, rc < 0 ? -rc : EIO);
+}
+
 /* ops.c: the write-through operations (the baseline, and what wb.c uses
  * for the root's attributes and for objects the journal does not know) */
 extern const struct fuse_lowlevel_ops fs_wt_ops;

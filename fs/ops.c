@@ -64,7 +64,6 @@
 _Static_assert(sizeof(fuse_ino_t) >= sizeof(uintptr_t),
 	       "fuse_ino_t must hold a pointer");
 
-#define FS_MAX_WRITE (1u << 20)
 #define FS_READAHEAD_KB 8192u /* see set_readahead() */
 
 /* A directory listing, snapshot at opendir (and at rewind). */
@@ -73,30 +72,6 @@ struct fs_dir {
 	uint64_t *ids; /* write-back: journal id of entry i, 0 if none */
 	bool listed;   /* a readdir has run: offset 0 again means rewind */
 };
-
-static struct fs *fs_of(fuse_req_t req)
-{
-	return fuse_req_userdata(req);
-}
-
-static struct fs_inode *inode_of(struct fs *fs, fuse_ino_t ino)
-{
-	if (ino == FUSE_ROOT_ID)
-		return fs_itab_root(fs->itab);
-	return (struct fs_inode *)(uintptr_t)ino;
-}
-
-static fuse_ino_t ino_of(struct fs *fs, struct fs_inode *n)
-{
-	if (n == fs_itab_root(fs->itab))
-		return FUSE_ROOT_ID;
-	return (fuse_ino_t)(uintptr_t)n;
-}
-
-static struct fs_handle *handle_of(struct fuse_file_info *fi)
-{
-	return (struct fs_handle *)(uintptr_t)fi->fh;
-}
 
 static bool same_object(const struct fs_inode *n, const struct stat *st)
 {
@@ -115,11 +90,6 @@ int fs_handle_put(struct fs *fs, struct fs_handle *h)
 		free(h);
 	}
 	return rc;
-}
-
-static void reply_err(fuse_req_t req, int rc)
-{
-	fuse_reply_err(req, rc < 0 ? -rc : EIO);
 }
 
 /* The remote path of ino (+ "/name"); PATH_MAX buffer. */

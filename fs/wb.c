@@ -67,29 +67,6 @@
 #include "remote.h"
 #include "sys.h"
 
-#define FS_MAX_WRITE (1u << 20)
-
-static struct fs *fs_of(fuse_req_t req)
-{
-	return fuse_req_userdata(req);
-}
-
-static struct fs_inode *inode_of(struct fs *fs, fuse_ino_t ino)
-{
-	if (ino == FUSE_ROOT_ID)
-		return fs_itab_root(fs->itab);
-	return (struct fs_inode *)(uintptr_t)ino;
-}
-
-static struct fs_handle *handle_of(struct fuse_file_info *fi)
-{
-	return (struct fs_handle *)(uintptr_t)fi->fh;
-}
-
-static void reply_err(fuse_req_t req, int rc)
-{
-	fuse_reply_err(req, rc < 0 ? -rc : EIO);
-}
 
 static bool is_root(struct fs *fs, struct fs_inode *n)
 {
