@@ -47,6 +47,10 @@ struct fs_opts {
 	unsigned long long cache_max; /* -o cache_max=SIZE, 0: the cache's */
 	unsigned int readahead;    /* -o readahead=N streams, 0 = off (4) */
 	char *s_cache_max;
+	/* ferry-agent next to the share (remote/agent.c) */
+	char *agent;               /* -o agent=HOST:PORT, or NULL */
+	char *agent_key;           /* -o agent_key=FILE */
+	bool agent_encrypt;        /* -o agent_encrypt */
 	/* the strings behind the values above, as given (parse_into) */
 	char *s_writeback, *s_sync, *s_verify, *s_bwlimit, *s_journal_max,
 		*s_chunk_size;

@@ -81,7 +81,7 @@ static void human_bytes(long long b, char *out, size_t size)
 static void print_streams(const char *reply)
 {
 	const char *p = strstr(reply, "\"streams\": [");
-	char state[32], rate[32];
+	char state[32], rate[32], via[16];
 	int i = 0;
 
 	if (!p)
@@ -89,8 +89,10 @@ static void print_streams(const char *reply)
 	printf("  streams:");
 	while ((p = strstr(p, "{\"state\": \""))) {
 		json_str(p, "state", state, sizeof(state));
+		json_str(p, "via", via, sizeof(via));
 		human_bytes(json_num(p, "rate_bps"), rate, sizeof(rate));
-		printf("%s %d %s %s/s", i ? "," : "", i, state, rate);
+		printf("%s %d %s %s/s via %s", i ? "," : "", i, state, rate,
+		       via);
 		p++;
 		i++;
 	}

@@ -68,6 +68,9 @@ static const struct fuse_opt opt_spec[] = {
 	OPTV("cache=%s", cache),
 	OPTV("cache_max=%s", s_cache_max),
 	OPTV("readahead=%u", readahead),
+	OPTV("agent=%s", agent),
+	OPTV("agent_key=%s", agent_key),
+	OPT("agent_encrypt", agent_encrypt),
 	FUSE_OPT_END
 };
 
@@ -207,6 +210,25 @@ static int parse_journal_opts(struct fs_opts *o, char *err,
 		snprintf(err, errsize, "journal= needs a directory");
 		return -EINVAL;
 	}
+	if ((o->agent_key || o->agent_encrypt) && !o->agent) {
+		snprintf(err, errsize, "agent_key= and agent_encrypt go with "
+			 "agent=HOST:PORT");
+		return -EINVAL;
+	}
+	if (o->agent && (!o->agent[0] || !strchr(o->agent, ':'))) {
+		snprintf(err, errsize, "agent= needs HOST:PORT");
+		return -EINVAL;
+	}
+	if (o->agent && !o->agent_key) {
+		snprintf(err, errsize, "agent= needs agent_key=FILE (the key "
+			 "ferry-agent was started with)");
+		return -EINVAL;
+	}
+	if (o->agent && !o->writeback) {
+		snprintf(err, errsize, "agent= flushes the journal: it needs "
+			 "writeback=on");
+		return -EINVAL;
+	}
 	return 0;
 bad_writeback:
 	snprintf(err, errsize, "writeback must be on or off");
@@ -326,6 +348,9 @@ void fs_opts_release(struct fs_opts *o)
 	free(o->s_chunk_size);
 	free(o->cache);
 	free(o->s_cache_max);
+	free(o->agent);
+	free(o->agent_key);
+	o->agent = o->agent_key = NULL;
 	o->cache = o->s_cache_max = NULL;
 	o->journal = o->s_writeback = o->s_sync = o->s_verify = NULL;
 	o->s_bwlimit = o->s_journal_max = o->s_chunk_size = NULL;
@@ -379,6 +404,9 @@ void fs_usage(const char *progname)
 	       "    -o bwlimit=RATE        cap the flush at RATE bytes/s\n"
 	       "    -o journal_max=SIZE    bound the journal; writers wait for the flush\n"
 	       "    -o verify=readback     read every flushed chunk back and compare\n"
+	       "    -o agent=HOST:PORT     flush through ferry-agent next to the share\n"
+	       "    -o agent_key=FILE      the key ferry-agent was started with\n"
+	       "    -o agent_encrypt       encrypt the agent's traffic too\n"
 	       "\n"
 	       "reads (the block cache; see README):\n"
 	       "    -o cache=DIR|off       the block cache of files read from the\n"

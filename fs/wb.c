@@ -1779,8 +1779,20 @@ int fs_wb_start(struct fs *fs)
 		.flags = o->verify ? JNL_FLUSH_VERIFY : 0,
 	};
 	struct jnl_stats st;
-	int rc = jnl_flusher_start(fs->jnl, &cfg, &fs->fl);
+	char *aspec = NULL, *aopts = NULL;
+	int rc = 0;
 
+	if (o->agent && (asprintf(&aspec, "agent://%s", o->agent) < 0 ||
+			 asprintf(&aopts, "agent_key=%s%s", o->agent_key,
+				  o->agent_encrypt ? ",agent_encrypt" : "") <
+				 0))
+		rc = -ENOMEM;
+	cfg.agent_spec = aspec;
+	cfg.agent_opts = aopts;
+	if (!rc)
+		rc = jnl_flusher_start(fs->jnl, &cfg, &fs->fl);
+	free(aspec);
+	free(aopts);
 	if (rc < 0) {
 		LOG_ERR("cannot start the flush to '%s': %s", fs->spec,
 			strerror(-rc));
@@ -1893,17 +1905,21 @@ static int wb_status(struct fs *fs, char *reply, size_t size)
 
 		pos += (size_t)snprintf(
 			reply + pos, size - pos,
-			"%s{\"state\": \"%s\", \"rate_bps\": %llu, "
+			"%s{\"state\": \"%s\", \"via\": \"%s\", "
+			"\"rate_bps\": %llu, "
 			"\"bytes\": %llu, \"chunks\": %llu, \"ops\": %llu, "
 			"\"errors\": %llu, \"retries\": %llu, "
+			"\"remote_bytes_written\": %llu, "
 			"\"last_error\": \"%s\"}",
 			i ? ", " : "", stream_state(s->state),
+			s->via_agent ? "agent" : "share",
 			(unsigned long long)s->rate_bps,
 			(unsigned long long)s->bytes,
 			(unsigned long long)s->chunks,
 			(unsigned long long)s->ops,
 			(unsigned long long)s->errors,
 			(unsigned long long)s->retries,
+			(unsigned long long)s->remote_bytes_written,
 			s->last_error ? strerror(-s->last_error) : "");
 	}
 	if (pos < size)

@@ -121,6 +121,7 @@
 #define RATE_SLOTS 8              /* rate_bps: 8 slots of 250 ms */
 #define RATE_SLOT_NS (250 * NS_PER_MS)
 #define OPEN_TRIES 16             /* handle_get() against renames */
+#define AGENT_RETRY_NS (3 * NS_PER_S) /* the agent again, after a loss */
 
 struct handle {
 	jnl_id id;           /* 0 = free */
@@ -148,7 +149,10 @@ struct stream {
 	bool started;
 
 	/* this stream's thread only (after start) */
-	struct rmt *r;
+	struct rmt *r;                 /* share or agent: the one in use */
+	struct rmt *share, *agent;     /* agent NULL: none configured */
+	int64_t agent_retry_at;        /* CLOCK_MONOTONIC ns */
+	bool batching;                 /* in replay_batch(): ungate later */
 	unsigned char *buf, *vbuf;     /* chunk size each; vbuf if verifying */
 	struct handle h[HANDLE_MAX];
 	struct jnl_chunk_ref claim[CLAIM_MAX];
@@ -162,13 +166,15 @@ struct stream {
 
 	/* protected by f->lock */
 	jnl_id writing;                /* node of the chunk being sent, or 0 */
-	jnl_id sizing;                 /* node whose size is being applied
-					  (invariant 5), or 0 */
+	jnl_id sizing[OPQ_BATCH];      /* nodes whose size is being applied
+					  (invariant 5) */
+	int nsizing;
 	int64_t backoff_until;         /* CLOCK_MONOTONIC ns, 0 = none */
 	struct jnl_stream_stats st;
 	uint64_t rate_bytes[RATE_SLOTS];
 	int64_t rate_slot[RATE_SLOTS]; /* slot number each bucket counts */
 	int64_t t0;                    /* start, for rate_bps */
+	bool via_agent;                /* r == agent, for stats */
 	uint64_t parked;               /* npark, for stats */
 };
 
@@ -392,6 +398,26 @@ static void backoff(struct stream *s, int rc, const char *what)
 	pthread_mutex_unlock(&f->lock);
 }
 
+static void handles_close_all(struct stream *s);
+
+/* Flush through @r from now on (the share or the agent). */
+static void use_remote(struct stream *s, struct rmt *r)
+{
+	handles_close_all(s); /* files belong to a connection */
+	s->r = r;
+	pthread_mutex_lock(&s->f->lock);
+	s->via_agent = r == s->agent;
+	pthread_mutex_unlock(&s->f->lock);
+}
+
+/* The agent's connection broke (not a refusal of one call). */
+static bool lost(int rc)
+{
+	return rc == -ECONNRESET || rc == -EPIPE || rc == -ETIMEDOUT ||
+	       rc == -ENOTCONN || rc == -ECONNREFUSED || rc == -EHOSTUNREACH ||
+	       rc == -ENETUNREACH || rc == -ECONNABORTED;
+}
+
 static void count_error(struct stream *s, int rc, bool retry)
 {
 	pthread_mutex_lock(&s->f->lock);
@@ -400,6 +426,34 @@ static void count_error(struct stream *s, int rc, bool retry)
 		s->st.retries++;
 	s->st.last_error = rc;
 	pthread_mutex_unlock(&s->f->lock);
+	if (s->agent && s->r == s->agent && lost(rc)) {
+		LOG_WARN("flush stream %u: agent lost (%s), flushing through "
+			 "the share until it is back", s->no, strerror(-rc));
+		use_remote(s, s->share);
+		s->agent_retry_at = now_ns() + AGENT_RETRY_NS;
+	}
+}
+
+/* On the share with an agent configured: try the agent again when due. */
+static void agent_try(struct stream *s)
+{
+	struct statvfs sv;
+	int64_t now;
+	int rc;
+
+	if (!s->agent || s->r == s->agent)
+		return;
+	now = now_ns();
+	if (now < s->agent_retry_at)
+		return;
+	rc = rmt_statfs(s->agent, &sv);
+	if (rc) {
+		LOG_DBG("flush stream %u: agent: %s", s->no, strerror(-rc));
+		s->agent_retry_at = now + AGENT_RETRY_NS;
+		return;
+	}
+	LOG_INFO("flush stream %u: flushing through the agent", s->no);
+	use_remote(s, s->agent);
 }
 
 /* --- open remote files ------------------------------------------------------ */
@@ -634,12 +688,17 @@ static int chunk_write(struct stream *s, const struct jnl_chunk_ref *c,
 		return rc;
 	}
 	*fault = F_REMOTE;
-	got = write_sparse(rf, (const char *)s->buf, (size_t)n, off);
-	rc = got < 0 ? (int)got : 0;
-	if (!rc && !(f->flags & JNL_FLUSH_NO_FSYNC))
-		rc = rmt_file_fsync(rf, true);
-	else if (!rc && (rmt_caps(s->r) & RMT_CAP_CLOSE_ERRORS))
-		rc = rmt_file_flush(rf);
+	if (rmt_caps(s->r) & RMT_CAP_PUT) { /* written, checked, synced */
+		got = rmt_file_put(rf, s->buf, (size_t)n, off, sha);
+		rc = got < 0 ? (int)got : 0;
+	} else {
+		got = write_sparse(rf, (const char *)s->buf, (size_t)n, off);
+		rc = got < 0 ? (int)got : 0;
+		if (!rc && !(f->flags & JNL_FLUSH_NO_FSYNC))
+			rc = rmt_file_fsync(rf, true);
+		else if (!rc && (rmt_caps(s->r) & RMT_CAP_CLOSE_ERRORS))
+			rc = rmt_file_flush(rf);
+	}
 	if (!rc && (f->flags & JNL_FLUSH_VERIFY)) {
 		got = rmt_file_pread(rf, s->vbuf, (size_t)n, off);
 		if (got < 0) {
@@ -708,8 +767,9 @@ static bool sized(const struct stream *s, jnl_id id)
 	const struct jnl_flusher *f = s->f;
 
 	for (unsigned int i = 0; i < f->nstreams; i++)
-		if (&f->s[i] != s && f->s[i].sizing == id)
-			return true;
+		for (int k = 0; &f->s[i] != s && k < f->s[i].nsizing; k++)
+			if (f->s[i].sizing[k] == id)
+				return true;
 	return false;
 }
 
@@ -821,7 +881,11 @@ static int gate(struct stream *s, jnl_id id)
 	bool busy = true;
 
 	pthread_mutex_lock(&f->lock);
-	s->sizing = id;
+	if (s->nsizing == OPQ_BATCH) { /* not in a batch of more ops */
+		pthread_mutex_unlock(&f->lock);
+		return -ECANCELED;
+	}
+	s->sizing[s->nsizing++] = id;
 	while (!f->stop && busy) {
 		busy = false;
 		for (unsigned int i = 0; i < f->nstreams; i++)
@@ -831,7 +895,7 @@ static int gate(struct stream *s, jnl_id id)
 			pthread_cond_wait(&f->done, &f->lock);
 	}
 	if (busy) {
-		s->sizing = 0;
+		s->nsizing--;
 		pthread_cond_broadcast(&f->done);
 	}
 	pthread_mutex_unlock(&f->lock);
@@ -842,8 +906,10 @@ static void ungate(struct stream *s)
 {
 	struct jnl_flusher *f = s->f;
 
+	if (s->batching)
+		return; /* replay_batch() ungates when the batch is back */
 	pthread_mutex_lock(&f->lock);
-	s->sizing = 0;
+	s->nsizing = 0;
 	pthread_cond_broadcast(&f->done);
 	pthread_mutex_unlock(&f->lock);
 }
@@ -1114,26 +1180,13 @@ static bool moves_names(enum jnl_op_type t)
 	return t == JNL_OP_UNLINK || t == JNL_OP_RMDIR || t == JNL_OP_RENAME;
 }
 
-/* Replay one op and end it (invariant 6). */
-static void replay(struct stream *s, const struct jnl_op *op)
+/* End op @op after its replay and ack gave @rc (invariant 6). */
+static void replay_done(struct stream *s, const struct jnl_op *op, int rc,
+			enum fault fault)
 {
 	struct jnl_flusher *f = s->f;
-	bool ns = moves_names(op->type);
-	enum fault fault;
-	int rc, rc2;
+	int rc2;
 
-	pthread_mutex_lock(&f->lock);
-	set_state(s, JNL_STREAM_FLUSHING);
-	pthread_mutex_unlock(&f->lock);
-	if (ns)
-		ns_enter(f);
-	rc = replay_op(s, op, &fault);
-	if (!rc) {
-		rc = jnl_op_ack(f->j, op->seq);
-		fault = F_JOURNAL;
-	}
-	if (ns)
-		ns_leave(f);
 	if (!rc) {
 		pthread_mutex_lock(&f->lock);
 		s->st.ops++;
@@ -1182,6 +1235,80 @@ static void replay(struct stream *s, const struct jnl_op *op)
 	pthread_mutex_unlock(&f->lock);
 	count_error(s, rc, true);
 	backoff(s, rc, op_name(op->type));
+}
+
+/* Replay one op and end it (invariant 6). */
+static void replay(struct stream *s, const struct jnl_op *op)
+{
+	struct jnl_flusher *f = s->f;
+	bool ns = moves_names(op->type);
+	enum fault fault;
+	int rc;
+
+	pthread_mutex_lock(&f->lock);
+	set_state(s, JNL_STREAM_FLUSHING);
+	pthread_mutex_unlock(&f->lock);
+	if (ns)
+		ns_enter(f);
+	rc = replay_op(s, op, &fault);
+	if (!rc) {
+		rc = jnl_op_ack(f->j, op->seq);
+		fault = F_JOURNAL;
+	}
+	if (ns)
+		ns_leave(f);
+	replay_done(s, op, rc, fault);
+}
+
+/*
+ * Replay @n ops (all handed out together: independent of each other) in
+ * one batch of the remote (RMT_CAP_BATCH): each op's calls are a group,
+ * queued by the same replay_op() as one by one. The ops whose group came
+ * back 0 are acked; every other one (its replay_op() needed an answer, a
+ * call failed, or the batch did) is replayed again alone, which is safe
+ * since replays are idempotent, and gives each error its usual handling.
+ * Size gates taken for the batch are held until it came back.
+ */
+static void replay_batch(struct stream *s, struct jnl_op *ops, int n)
+{
+	struct jnl_flusher *f = s->f;
+	int rc[OPQ_BATCH], grc[OPQ_BATCH], groups;
+	enum fault fault[OPQ_BATCH];
+	bool ns = false, redo[OPQ_BATCH];
+
+	pthread_mutex_lock(&f->lock);
+	set_state(s, JNL_STREAM_FLUSHING);
+	pthread_mutex_unlock(&f->lock);
+	for (int i = 0; i < n; i++)
+		ns |= moves_names(ops[i].type);
+	if (ns)
+		ns_enter(f);
+	groups = rmt_batch_begin(s->r);
+	if (!groups) {
+		s->batching = true;
+		for (int i = 0; i < n; i++) {
+			rmt_batch_mark(s->r);
+			rc[i] = replay_op(s, &ops[i], &fault[i]);
+		}
+		groups = rmt_batch_end(s->r, grc, (unsigned int)n);
+		s->batching = false;
+		ungate(s);
+	}
+	for (int i = 0; i < n; i++) {
+		redo[i] = groups != n || rc[i] || grc[i];
+		if (!redo[i]) {
+			rc[i] = jnl_op_ack(f->j, ops[i].seq);
+			fault[i] = F_JOURNAL;
+		}
+	}
+	if (ns)
+		ns_leave(f);
+	for (int i = 0; i < n; i++) {
+		if (redo[i])
+			replay(s, &ops[i]);
+		else
+			replay_done(s, &ops[i], rc[i], fault[i]);
+	}
 }
 
 /* The next op of the shared queue, refilling it when empty. */
@@ -1234,6 +1361,22 @@ static bool take_op(struct stream *s, struct jnl_op *out)
 	pthread_mutex_unlock(&f->lock);
 	free(batch);
 	return true;
+}
+
+/* More ops from the shared queue, without refilling it: up to @max. */
+static int take_more(struct stream *s, struct jnl_op *out, int max)
+{
+	struct jnl_flusher *f = s->f;
+	int n = 0;
+
+	pthread_mutex_lock(&f->lock);
+	for (; n < max && f->qlen; n++) {
+		out[n] = f->q[f->qhead];
+		f->qhead = (f->qhead + 1) % OPQ_BATCH;
+		f->qlen--;
+	}
+	pthread_mutex_unlock(&f->lock);
+	return n;
 }
 
 /* --- the stream ------------------------------------------------------------------------ */
@@ -1329,11 +1472,13 @@ static void *stream_main(void *arg)
 	struct jnl_flusher *f = s->f;
 	uint64_t budget = f->chunk_size;
 	struct jnl_chunk_ref c;
-	struct jnl_op op;
+	struct jnl_op ops[OPQ_BATCH];
 	uint64_t gen;
 	int n;
 
 	while (between(s) == N_WORK) {
+		if (s->next >= s->nclaim)
+			agent_try(s);
 		if (s->next < s->nclaim) {
 			send_chunk(s, &s->claim[s->next++]);
 			continue;
@@ -1342,8 +1487,14 @@ static void *stream_main(void *arg)
 		pthread_mutex_lock(&f->lock);
 		gen = f->work_gen;
 		pthread_mutex_unlock(&f->lock);
-		if (take_op(s, &op)) {
-			replay(s, &op);
+		if (take_op(s, &ops[0])) {
+			n = 1;
+			if (rmt_caps(s->r) & RMT_CAP_BATCH)
+				n += take_more(s, ops + 1, OPQ_BATCH - 1);
+			if (n > 1)
+				replay_batch(s, ops, n);
+			else
+				replay(s, &ops[0]);
 			continue;
 		}
 		n = queued(s);
@@ -1385,7 +1536,8 @@ static void flusher_free(struct jnl_flusher *f)
 	if (!f)
 		return;
 	for (unsigned int i = 0; f->s && i < f->nstreams; i++) {
-		rmt_close(f->s[i].r);
+		rmt_close(f->s[i].share);
+		rmt_close(f->s[i].agent);
 		free(f->s[i].buf);
 		free(f->s[i].vbuf);
 	}
@@ -1471,16 +1623,32 @@ int jnl_flusher_start(struct jnl *j, const struct jnl_flush_config *cfg,
 			break;
 		}
 		/* a stream is one connection: no pool of them per stream */
-		rc = rmt_open(cfg->remote_spec, stream_opts, &s->r);
+		rc = rmt_open(cfg->remote_spec, stream_opts, &s->share);
 		if (rc) {
 			LOG_ERR("cannot open remote '%s' for flushing: %s",
 				cfg->remote_spec, strerror(-rc));
 			break;
 		}
+		s->r = s->share;
 		if (strcmp(rmt_id(s->r), jnl_remote_id(j))) {
 			LOG_ERR("cannot flush journal of '%s' to '%s': another "
 				"share", jnl_remote_id(j), rmt_id(s->r));
 			rc = -EXDEV;
+			break;
+		}
+		if (cfg->agent_spec) {
+			rc = rmt_open(cfg->agent_spec, cfg->agent_opts,
+				      &s->agent);
+			if (rc) {
+				LOG_ERR("cannot use agent '%s': %s",
+					cfg->agent_spec, strerror(-rc));
+				break;
+			}
+			agent_try(s);
+			if (s->r != s->agent && !i)
+				LOG_WARN("agent '%s' does not answer: flushing "
+					 "through the share until it does",
+					 cfg->agent_spec);
 		}
 	}
 	free(stream_opts);
@@ -1592,18 +1760,22 @@ int jnl_flusher_stats(struct jnl_flusher *f, struct jnl_flush_stats *out)
 
 		*o = s->st;
 		o->rate_bps = rate_get(s, now);
+		o->via_agent = s->via_agent;
 		out->parked += s->parked;
 	}
 	pthread_mutex_unlock(&f->lock);
 	for (unsigned int i = 0; i < f->nstreams; i++) {
 		struct jnl_stream_stats *o = &out->stream[i];
-		struct rmt_counters c;
+		struct rmt_counters c, ca = { 0 };
 
-		rmt_counters(f->s[i].r, &c);
-		o->remote_bytes_written = c.bytes_written;
-		o->remote_bytes_read = c.bytes_read;
-		o->remote_ops = c.ops;
-		o->remote_faults = c.faults;
+		/* both connections: what went through either counts */
+		rmt_counters(f->s[i].share, &c);
+		if (f->s[i].agent)
+			rmt_counters(f->s[i].agent, &ca);
+		o->remote_bytes_written = c.bytes_written + ca.bytes_written;
+		o->remote_bytes_read = c.bytes_read + ca.bytes_read;
+		o->remote_ops = c.ops + ca.ops;
+		o->remote_faults = c.faults + ca.faults;
 		out->bytes += o->bytes;
 		out->chunks += o->chunks;
 		out->ops += o->ops;

@@ -593,6 +593,12 @@ struct jnl_flush_config {
 				    bucket: works with every driver) */
 	unsigned int flags;      /* enum jnl_flush_flags */
 	unsigned int backoff_max_ms; /* 0 = 10,000 */
+	/* ferry-agent next to the share, or NULL: its rmt_open() spec
+	 * ("agent://HOST:PORT") and options ("agent_key=FILE,..."). Each
+	 * stream flushes through it while it answers, else through the
+	 * share (and tries the agent again every few seconds). */
+	const char *agent_spec;
+	const char *agent_opts;
 };
 
 enum jnl_stream_state {
@@ -612,6 +618,7 @@ struct jnl_stream_stats {
 	uint64_t retries;  /* chunks put back DIRTY, ops put back pending */
 	uint64_t rate_bps; /* chunk bytes/s over the last 2 s */
 	int last_error;    /* -errno of the last failure, 0 if none */
+	bool via_agent;    /* flushing through the agent now, not the share */
 	/* rmt_counters() of this stream's connection */
 	uint64_t remote_bytes_written, remote_bytes_read, remote_ops,
 		remote_faults;

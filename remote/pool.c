@@ -297,7 +297,8 @@ int rmt_pool_wrap(struct rmt *first, rmt_open_fn drv, const char *spec,
 	}
 	p->n = n;
 	p->base.ops = &pool_ops;
-	p->base.caps = rmt_caps(first) | RMT_CAP_THREADSAFE;
+	p->base.caps = (rmt_caps(first) | RMT_CAP_THREADSAFE) &
+		      ~(unsigned int)(RMT_CAP_PUT | RMT_CAP_BATCH);
 	LOG_DBG("remote '%s': %u connections", p->base.id, n);
 	*out = &p->base;
 	return 0;

@@ -103,6 +103,10 @@ static int driver_of(const char *spec, rmt_open_fn *drv)
 		*drv = rmt_smb_open;
 		return 0;
 	}
+	if (n == 5 && !strncmp(spec, "agent", 5)) {
+		*drv = rmt_agent_open;
+		return 0;
+	}
 	return -EPROTONOSUPPORT;
 }
 
@@ -641,6 +645,42 @@ ssize_t rmt_file_copy(struct rmt_file *in, off_t off_in, struct rmt_file *out,
 			return n;
 	}
 	return copy_by_rw(in, off_in, out, off_out, len);
+}
+
+ssize_t rmt_file_put(struct rmt_file *f, const void *buf, size_t len,
+		     off_t off, const unsigned char sha[32])
+{
+	struct rmt *r = f->r;
+	ssize_t n;
+
+	if (!(r->caps & RMT_CAP_PUT) || !r->ops->file_put)
+		return -EOPNOTSUPP;
+	OP(r);
+	n = r->ops->file_put(f, buf, len, off, sha);
+	if (n > 0)
+		count(&r->cnt.bytes_written, (uint64_t)n);
+	return n;
+}
+
+int rmt_batch_begin(struct rmt *r)
+{
+	if (!(r->caps & RMT_CAP_BATCH) || !r->ops->batch_begin)
+		return -EOPNOTSUPP;
+	return r->ops->batch_begin(r);
+}
+
+void rmt_batch_mark(struct rmt *r)
+{
+	if ((r->caps & RMT_CAP_BATCH) && r->ops->batch_mark)
+		r->ops->batch_mark(r);
+}
+
+int rmt_batch_end(struct rmt *r, int *rc, unsigned int max)
+{
+	if (!(r->caps & RMT_CAP_BATCH) || !r->ops->batch_end)
+		return -EOPNOTSUPP;
+	OP(r);
+	return r->ops->batch_end(r, rc, max);
 }
 
 int rmt_file_fd(const struct rmt_file *f)

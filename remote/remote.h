@@ -13,7 +13,9 @@
  * Drivers (remote/<name>.c) fill a `struct rmt_ops` table (remote_i.h):
  *   path  - any mounted directory (kernel NFS/SMB mount, local disk)
  *   nfs   - an NFS server spoken to by libnfs (remote/nfs.c)
- *   smb, agent - later issues; same contract.
+ *   smb   - an SMB server spoken to by libsmbclient (remote/smb.c)
+ *   agent - ferry-agent next to the share (remote/agent.c): used by the
+ *           flusher only (it has no readdir), see agent/PROTOCOL.md
  *
  * Errors: every function returns 0 (or a byte count) on success and -errno
  * on failure. Each driver maps its foreign codes to errno in one function.
@@ -52,6 +54,10 @@ enum rmt_caps {
 	/* closing a written file can report errors the writes did not (a
 	 * kernel NFS/SMB mount below): rmt_file_flush() is worth calling */
 	RMT_CAP_CLOSE_ERRORS = 1 << 3,
+	/* rmt_file_put() writes, checks and syncs a chunk in one exchange */
+	RMT_CAP_PUT = 1 << 4,
+	/* rmt_batch_begin() works: namespace calls go in one round trip */
+	RMT_CAP_BATCH = 1 << 5,
 };
 
 /* Which fields of a struct rmt_setattr are applied. */
@@ -277,5 +283,33 @@ ssize_t rmt_file_copy(struct rmt_file *in, off_t off_in, struct rmt_file *out,
 		      off_t off_out, size_t len);
 /* The kernel fd behind f (RMT_CAP_FD only, for splice), else -EOPNOTSUPP. */
 int rmt_file_fd(const struct rmt_file *f);
+
+/*
+ * RMT_CAP_PUT only (else -EOPNOTSUPP): make the @len bytes at @off, whose
+ * SHA-256 is @sha, the file's and durable (as pwrite + fdatasync), in one
+ * exchange; the driver may skip sending bytes the share already holds
+ * (same SHA-256). Past the file's end, blocks of zeros may stay holes.
+ * Returns the bytes sent over the wire (0: they were there already), or
+ * -errno (-EIO: what arrived did not match @sha).
+ */
+ssize_t rmt_file_put(struct rmt_file *f, const void *buf, size_t len,
+		     off_t off, const unsigned char sha[32]);
+
+/*
+ * Batches (RMT_CAP_BATCH only, else -EOPNOTSUPP). Between
+ * rmt_batch_begin() and rmt_batch_end(), calls of this thread on @r are
+ * queued and return 0 at once: mkdir, rmdir, unlink, mknod, symlink, link,
+ * rename, setattr, file_open (its file may be used by later queued calls),
+ * file_close; any other call returns -EAGAIN and is not queued.
+ * rmt_batch_mark() starts a group: rmt_batch_end() sends the batch (one
+ * round trip), the share carries the calls out in order, skipping the rest
+ * of a group after its first failure, and rc[i] is the result of group i
+ * (0 or its first -errno), for at most @max groups; it returns the number
+ * of groups, or -errno if the batch as a whole failed (then nothing is
+ * known of any group: redo them one by one).
+ */
+int rmt_batch_begin(struct rmt *r);
+void rmt_batch_mark(struct rmt *r);
+int rmt_batch_end(struct rmt *r, int *rc, unsigned int max);
 
 #endif

@@ -69,6 +69,13 @@ struct rmt_ops {
 	int (*file_flush)(struct rmt_file *f);
 	/* optional: NULL means directory changes are durable at once */
 	int (*syncdir)(struct rmt *r, const char *path);
+	/* RMT_CAP_PUT: rmt_file_put() */
+	ssize_t (*file_put)(struct rmt_file *f, const void *buf, size_t len,
+			    off_t off, const unsigned char sha[32]);
+	/* RMT_CAP_BATCH: rmt_batch_begin(), _mark(), _end() */
+	int (*batch_begin)(struct rmt *r);
+	void (*batch_mark)(struct rmt *r);
+	int (*batch_end)(struct rmt *r, int *rc, unsigned int max);
 };
 
 /* rmt_counters(); relaxed atomics, set to 0 by rmt_open() */
@@ -110,6 +117,7 @@ typedef int (*rmt_open_fn)(const char *spec, const char *opts,
 int rmt_path_open(const char *dir, const char *opts, struct rmt **out);
 int rmt_nfs_open(const char *url, const char *opts, struct rmt **out);
 int rmt_smb_open(const char *url, const char *opts, struct rmt **out);
+int rmt_agent_open(const char *url, const char *opts, struct rmt **out);
 
 /*
  * Open one connection with the driver constructor @drv and set its

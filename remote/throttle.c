@@ -597,7 +597,8 @@ int rmt_throttle_wrap(struct rmt *inner, struct rmt_throttle_opts *o,
 		}
 	}
 	t->base.ops = &throttle_ops;
-	t->base.caps = rmt_caps(inner) & ~(unsigned int)RMT_CAP_FD;
+	t->base.caps = rmt_caps(inner) & ~(unsigned int)(RMT_CAP_FD | RMT_CAP_PUT |
+						 RMT_CAP_BATCH);
 	t->inner = inner;
 	t->id = atomic_fetch_add(&last_id, 1) + 1;
 	t->rate = o->rate;

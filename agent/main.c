@@ -1,0 +1,80 @@
+/*
+ * main.c - ferry-agent: serve a directory to ferryfs flushers (server.c).
+ *
+ *   ferry-agent --root DIR --listen ADDR:PORT --key-file FILE [--encrypt]
+ *               [--max-conns N]
+ *
+ * Runs in the foreground and logs to stderr (a systemd unit or a
+ * supervisor keeps it: examples/ferry-agent.service).
+ */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: ferry-agent --root DIR --listen ADDR:PORT "
+		   "--key-file FILE [--encrypt] [--max-conns N]\n"
+		   "  serves DIR to ferryfs mounts that flush through it "
+		   "(-o agent=HOST:PORT,agent_key=FILE)\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "root", required_argument, NULL, 'r' },
+		{ "listen", required_argument, NULL, 'l' },
+		{ "key-file", required_argument, NULL, 'k' },
+		{ "encrypt", no_argument, NULL, 'e' },
+		{ "max-conns", required_argument, NULL, 'm' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct agent_server_config cfg = { 0 };
+	struct agent_server *s;
+	int c, rc;
+
+	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		switch (c) {
+		case 'r':
+			cfg.root = optarg;
+			break;
+		case 'l':
+			cfg.listen = optarg;
+			break;
+		case 'k':
+			cfg.key_file = optarg;
+			break;
+		case 'e':
+			cfg.encrypt = true;
+			break;
+		case 'm':
+			cfg.max_conns = (unsigned int)strtoul(optarg, NULL, 10);
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (!cfg.root || !cfg.listen || !cfg.key_file || optind != argc) {
+		usage(stderr);
+		return 2;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	rc = agent_server_new(&cfg, &s);
+	if (rc)
+		return 1;
+	fprintf(stderr, "ferry-agent: serving '%s' on %s%s\n", cfg.root,
+		cfg.listen, cfg.encrypt ? " (encrypted)" : "");
+	rc = agent_server_run(s);
+	fprintf(stderr, "ferry-agent: cannot accept: %s\n", strerror(-rc));
+	agent_server_free(s);
+	return 1;
+}

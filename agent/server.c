@@ -1,0 +1,771 @@
+/*
+ * server.c - ferry-agent: serves one directory (--root) to ferryfs
+ * flushers over the protocol of agent.h. It runs next to the share (on the
+ * NAS, or a box with local access to its disks), so the bytes of a flush
+ * arrive over the network and are written to a local disk: the fast
+ * direction of NFS/SMB (network read, local write) instead of the slow one.
+ *
+ * One thread per connection; a connection is one flush stream of one
+ * ferryfs. Requests are answered in order. A PUT that is not inline is
+ * pulled: the agent checks whether the file already holds bytes with the
+ * chunk's SHA-256 (a resend after a crash: "want" 0, nothing fetched), else
+ * answers "want" 1 when it is ready for them, then takes the DATA frame,
+ * writes it, checks the SHA-256 of what it got, fdatasync()s, and only
+ * then acknowledges. So the agent paces the flusher: the next chunk comes
+ * when its disk has taken the last one.
+ *
+ * CONFINEMENT (invariant): every path is resolved beneath the root with
+ * openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS) -
+ * no "..", no absolute path, no symlink anywhere in it is followed; the last
+ * component is acted on through its parent's fd with *at() calls that do
+ * not follow it (chmod goes through an O_PATH fd of the object itself).
+ * Paths are also checked by the parser (clean, relative) first.
+ *
+ * Errors: a request that fails gets its -errno in the reply; a malformed
+ * frame gets -EPROTO and the connection is closed; a frame with a bad tag
+ * or seq closes it at once. Nothing of a peer's input can crash it.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/openat2.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "server.h"
+
+#define HANDLES_MAX 256
+#define SOCK_BUF (4 << 20)
+
+#define LOG(...)                                                       \
+	do {                                                           \
+		fprintf(stderr, "ferry-agent: " __VA_ARGS__);          \
+		fputc('\n', stderr);                                   \
+	} while (0)
+
+struct handle {
+	uint32_t hid; /* 0 = free */
+	int fd;
+};
+
+struct conn {
+	struct agent_server *srv;
+	int fd;
+	char peer[64];
+	struct agent_conn c;
+	struct handle h[HANDLES_MAX];
+	struct agent_buf out;   /* the reply being built */
+	struct agent_req q;
+	uint8_t *buf;           /* PREAD and the have-check */
+	size_t bufcap;
+	uint64_t bytes_in, bytes_have, puts;
+};
+
+struct agent_server {
+	int root;
+	int lfd;
+	bool encrypt;
+	struct agent_key key;
+	atomic_uint nconns;
+	unsigned int max_conns;
+};
+
+/* --- paths ------------------------------------------------------------------- */
+
+static int open_beneath(int dirfd, const char *path, int flags, mode_t mode)
+{
+	struct open_how how = {
+		.flags = (uint64_t)(flags | O_CLOEXEC),
+		.mode = (flags & O_CREAT) ? mode : 0,
+		.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+			   RESOLVE_NO_MAGICLINKS,
+	};
+	long fd;
+
+	do
+		fd = syscall(SYS_openat2, dirfd, *path ? path : ".", &how,
+			     sizeof(how));
+	while (fd < 0 && errno == EINTR);
+	return fd < 0 ? -errno : (int)fd;
+}
+
+/* The parent directory of @path (an O_PATH fd) and its last component. */
+static int parent_of(struct conn *k, const char *path, const char **base)
+{
+	char dir[PATH_MAX];
+	const char *slash = strrchr(path, '/');
+
+	if (!slash) {
+		*base = path;
+		return open_beneath(k->srv->root, "", O_PATH | O_DIRECTORY, 0);
+	}
+	memcpy(dir, path, (size_t)(slash - path));
+	dir[slash - path] = 0;
+	*base = slash + 1;
+	return open_beneath(k->srv->root, dir, O_PATH | O_DIRECTORY, 0);
+}
+
+static int sys_rc(int rc)
+{
+	return rc < 0 ? -errno : rc;
+}
+
+/* --- handles ------------------------------------------------------------------- */
+
+static struct handle *handle_find(struct conn *k, uint32_t hid)
+{
+	for (int i = 0; hid && i < HANDLES_MAX; i++)
+		if (k->h[i].hid == hid)
+			return &k->h[i];
+	return NULL;
+}
+
+static int handle_fd(struct conn *k, uint32_t hid)
+{
+	struct handle *h = handle_find(k, hid);
+
+	return h ? h->fd : -EBADF;
+}
+
+static void handles_close(struct conn *k)
+{
+	for (int i = 0; i < HANDLES_MAX; i++)
+		if (k->h[i].hid) {
+			close(k->h[i].fd);
+			k->h[i].hid = 0;
+		}
+}
+
+/* --- operations -------------------------------------------------------------- */
+
+static int do_open(struct conn *k, const struct agent_req *q)
+{
+	int flags = (int)q->flags & (O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC);
+	struct handle *free_h = NULL;
+	struct stat st;
+	int fd;
+
+	if (handle_find(k, q->hid))
+		return -EEXIST;
+	for (int i = 0; i < HANDLES_MAX && !free_h; i++)
+		if (!k->h[i].hid)
+			free_h = &k->h[i];
+	if (!free_h)
+		return -EMFILE;
+	fd = open_beneath(k->srv->root, q->path,
+			  flags | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY,
+			  q->mode & 07777);
+	if (fd < 0)
+		return fd;
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		int rc = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+
+		close(fd);
+		return rc;
+	}
+	free_h->hid = q->hid;
+	free_h->fd = fd;
+	return 0;
+}
+
+/* chmod of the object @dirfd/@base itself, never what a symlink names */
+static int chmod_at(int dirfd, const char *base, mode_t mode)
+{
+	char proc[64];
+	struct stat st;
+	int fd, rc;
+
+	fd = openat(dirfd, base, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st))
+		rc = -errno;
+	else if (S_ISLNK(st.st_mode))
+		rc = -EOPNOTSUPP;
+	else {
+		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+		rc = sys_rc(chmod(proc, mode & 07777));
+	}
+	close(fd);
+	return rc;
+}
+
+static int do_setattr(struct conn *k, const struct agent_req *q)
+{
+	struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT },
+				  { .tv_nsec = UTIME_OMIT } };
+	const char *base = NULL;
+	int fd = -1, dirfd = -1, rc = 0;
+	bool own = false;
+
+	if (q->hid) {
+		fd = handle_fd(k, q->hid);
+		if (fd < 0)
+			return fd;
+	} else if (!q->path[0]) {
+		dirfd = k->srv->root;
+		base = ".";
+	} else {
+		dirfd = parent_of(k, q->path, &base);
+		if (dirfd < 0)
+			return dirfd;
+		own = true;
+	}
+	if (q->set & AGENT_SET_SIZE) {
+		if (fd >= 0) {
+			rc = sys_rc(ftruncate(fd, (off_t)q->size));
+		} else {
+			int tfd = open_beneath(k->srv->root, q->path,
+					       O_WRONLY | O_NOFOLLOW |
+						       O_NONBLOCK, 0);
+
+			rc = tfd < 0 ? tfd : sys_rc(ftruncate(tfd,
+							      (off_t)q->size));
+			if (tfd >= 0)
+				close(tfd);
+		}
+	}
+	if (!rc && (q->set & AGENT_SET_MODE))
+		rc = fd >= 0 ? sys_rc(fchmod(fd, q->mode & 07777)) :
+			       chmod_at(dirfd, base, q->mode);
+	if (!rc && (q->set & (AGENT_SET_UID | AGENT_SET_GID))) {
+		uid_t u = (q->set & AGENT_SET_UID) ? q->uid : (uid_t)-1;
+		gid_t g = (q->set & AGENT_SET_GID) ? q->gid : (gid_t)-1;
+
+		rc = fd >= 0 ? sys_rc(fchown(fd, u, g)) :
+			       sys_rc(fchownat(dirfd, base, u, g,
+					       AT_SYMLINK_NOFOLLOW));
+	}
+	if (!rc && (q->set & (AGENT_SET_ATIME | AGENT_SET_MTIME))) {
+		if (q->set & AGENT_SET_ATIME)
+			ts[0] = q->atime;
+		if (q->set & AGENT_SET_MTIME)
+			ts[1] = q->mtime;
+		rc = fd >= 0 ? sys_rc(futimens(fd, ts)) :
+			       sys_rc(utimensat(dirfd, base, ts,
+						AT_SYMLINK_NOFOLLOW));
+	}
+	if (own)
+		close(dirfd);
+	return rc;
+}
+
+static int buf_need(struct conn *k, size_t n)
+{
+	if (n > k->bufcap) {
+		uint8_t *b = realloc(k->buf, n);
+
+		if (!b)
+			return -ENOMEM;
+		k->buf = b;
+		k->bufcap = n;
+	}
+	return 0;
+}
+
+static void sha256(const void *p, size_t n, uint8_t out[32])
+{
+	if (!EVP_Digest(p, n, out, NULL, EVP_sha256(), NULL))
+		memset(out, 0, 32);
+}
+
+static int write_synced(int fd, const uint8_t *p, size_t n, off_t off)
+{
+	while (n) {
+		ssize_t w = pwrite(fd, p, n, off);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -errno;
+		p += w;
+		n -= (size_t)w;
+		off += w;
+	}
+	return sys_rc(fdatasync(fd));
+}
+
+/* Does the file hold the chunk already (same SHA-256)? */
+static bool have(struct conn *k, int fd, const struct agent_req *q)
+{
+	uint8_t sha[32];
+	struct stat st;
+	ssize_t n;
+
+	if (fstat(fd, &st) || (uint64_t)st.st_size < q->off + q->len ||
+	    buf_need(k, q->len))
+		return false;
+	n = pread(fd, k->buf, q->len, (off_t)q->off);
+	if (n != (ssize_t)q->len)
+		return false;
+	sha256(k->buf, q->len, sha);
+	return !CRYPTO_memcmp(sha, q->sha, 32);
+}
+
+/* A REPLY to the request just received: its seq, @status, @n bytes. */
+static int reply_raw(struct conn *k, int status, const void *p, size_t n)
+{
+	uint8_t hdr[12];
+	uint64_t seq = k->c.seq_in - 1;
+
+	for (int i = 0; i < 8; i++)
+		hdr[i] = (uint8_t)(seq >> (8 * i));
+	for (int i = 0; i < 4; i++)
+		hdr[8 + i] = (uint8_t)((uint32_t)status >> (8 * i));
+	return agent_send(&k->c, AGENT_T_REPLY, hdr, sizeof(hdr), p, n);
+}
+
+static int reply(struct conn *k, int status)
+{
+	if (!agent_buf_ok(&k->out))
+		return reply_raw(k, -ENOMEM, NULL, 0);
+	return reply_raw(k, status, k->out.p, status ? 0 : k->out.len);
+}
+
+/*
+ * PUT: inline bytes are written at once; otherwise "want" and the DATA
+ * frame. Returns the status to reply, or a connection error (*fatal).
+ */
+static int do_put(struct conn *k, const struct agent_req *q, uint32_t *want,
+		  bool *fatal)
+{
+	uint8_t sha[32];
+	const uint8_t *p;
+	uint16_t type;
+	size_t len;
+	int fd = handle_fd(k, q->hid), rc;
+
+	*want = 0;
+	k->puts++;
+	if (fd < 0)
+		return fd;
+	if (q->inline_data) {
+		sha256(q->data, q->len, sha);
+		if (CRYPTO_memcmp(sha, q->sha, 32))
+			return -EIO;
+		k->bytes_in += q->len;
+		return write_synced(fd, q->data, q->len, (off_t)q->off);
+	}
+	if (have(k, fd, q)) {
+		k->bytes_have += q->len;
+		return 0;
+	}
+	/* ask for the bytes now: our disk took the last chunk */
+	*want = 1;
+	{
+		uint8_t w[4] = { 1, 0, 0, 0 };
+
+		rc = reply_raw(k, 0, w, sizeof(w));
+	}
+	if (!rc)
+		rc = agent_recv(&k->c, &type, &p, &len);
+	if (!rc && (type != AGENT_T_DATA || len != q->len))
+		rc = -EPROTO;
+	if (rc) {
+		*fatal = true;
+		return rc;
+	}
+	k->bytes_in += len;
+	sha256(p, len, sha);
+	if (CRYPTO_memcmp(sha, q->sha, 32))
+		return -EIO;
+	return write_synced(fd, p, len, (off_t)q->off);
+}
+
+/* Carry out one request (not PUT, BATCH); the result goes to k->out. */
+static int do_req(struct conn *k, const struct agent_req *q)
+{
+	const char *base, *base2;
+	struct stat st;
+	struct statvfs sv;
+	int dfd, dfd2, fd, rc;
+
+	switch (q->type) {
+	case AGENT_T_STAT:
+		if (!q->path[0])
+			rc = sys_rc(fstat(k->srv->root, &st));
+		else {
+			dfd = parent_of(k, q->path, &base);
+			if (dfd < 0)
+				return dfd;
+			rc = sys_rc(fstatat(dfd, base, &st,
+					    AT_SYMLINK_NOFOLLOW));
+			close(dfd);
+		}
+		if (!rc)
+			agent_put_stat(&k->out, &st);
+		return rc;
+	case AGENT_T_STATFS:
+		rc = sys_rc(fstatvfs(k->srv->root, &sv));
+		if (!rc)
+			agent_put_statfs(&k->out, &sv);
+		return rc;
+	case AGENT_T_MKDIR:
+	case AGENT_T_RMDIR:
+	case AGENT_T_UNLINK:
+	case AGENT_T_MKNOD:
+	case AGENT_T_SYMLINK:
+	case AGENT_T_READLINK:
+		dfd = parent_of(k, q->path, &base);
+		if (dfd < 0)
+			return dfd;
+		switch (q->type) {
+		case AGENT_T_MKDIR:
+			rc = sys_rc(mkdirat(dfd, base, q->mode & 07777));
+			break;
+		case AGENT_T_RMDIR:
+			rc = sys_rc(unlinkat(dfd, base, AT_REMOVEDIR));
+			break;
+		case AGENT_T_UNLINK:
+			rc = sys_rc(unlinkat(dfd, base, 0));
+			break;
+		case AGENT_T_MKNOD:
+			rc = (S_ISFIFO(q->mode) || S_ISSOCK(q->mode)) ?
+				     sys_rc(mknodat(dfd, base, q->mode, 0)) :
+				     -EPERM;
+			break;
+		case AGENT_T_SYMLINK:
+			rc = sys_rc(symlinkat(q->path2, dfd, base));
+			break;
+		default: { /* READLINK */
+			char t[PATH_MAX];
+			ssize_t n = readlinkat(dfd, base, t, sizeof(t) - 1);
+
+			rc = n < 0 ? -errno : 0;
+			if (!rc) {
+				t[n] = 0;
+				agent_put_str(&k->out, t);
+			}
+		}
+		}
+		close(dfd);
+		return rc;
+	case AGENT_T_LINK:
+	case AGENT_T_RENAME:
+		dfd = parent_of(k, q->path, &base);
+		if (dfd < 0)
+			return dfd;
+		dfd2 = parent_of(k, q->path2, &base2);
+		if (dfd2 < 0) {
+			close(dfd);
+			return dfd2;
+		}
+		if (q->type == AGENT_T_LINK)
+			rc = sys_rc(linkat(dfd, base, dfd2, base2, 0));
+		else if (q->flags & ~(unsigned int)(RENAME_NOREPLACE |
+						     RENAME_EXCHANGE))
+			rc = -EINVAL;
+		else
+			rc = sys_rc(renameat2(dfd, base, dfd2, base2,
+					      q->flags));
+		close(dfd);
+		close(dfd2);
+		return rc;
+	case AGENT_T_SETATTR:
+		return do_setattr(k, q);
+	case AGENT_T_OPEN:
+		return do_open(k, q);
+	case AGENT_T_CLOSE: {
+		struct handle *h = handle_find(k, q->hid);
+
+		if (!h)
+			return -EBADF;
+		rc = sys_rc(close(h->fd));
+		h->hid = 0;
+		return rc;
+	}
+	case AGENT_T_FSTAT:
+		fd = handle_fd(k, q->hid);
+		if (fd < 0)
+			return fd;
+		rc = sys_rc(fstat(fd, &st));
+		if (!rc)
+			agent_put_stat(&k->out, &st);
+		return rc;
+	case AGENT_T_FSYNC:
+		fd = handle_fd(k, q->hid);
+		if (fd < 0)
+			return fd;
+		return sys_rc(q->datasync ? fdatasync(fd) : fsync(fd));
+	case AGENT_T_PREAD: {
+		ssize_t n;
+
+		fd = handle_fd(k, q->hid);
+		if (fd < 0)
+			return fd;
+		rc = buf_need(k, q->len);
+		if (rc)
+			return rc;
+		n = pread(fd, k->buf, q->len, (off_t)q->off);
+		if (n < 0)
+			return -errno;
+		agent_put_bytes(&k->out, k->buf, (size_t)n);
+		return 0;
+	}
+	}
+	return -EPROTO;
+}
+
+/* BATCH: each request in turn; after a failure, the rest of its group is
+ * skipped (-ECANCELED). Statuses only. */
+static int do_batch(struct conn *k, const uint8_t *p, size_t len)
+{
+	struct agent_batch_rd b;
+	int32_t st[AGENT_BATCH_MAX];
+	uint16_t type, group, failed_group = 0;
+	bool failed = false;
+	const uint8_t *rq;
+	size_t rlen;
+	uint32_t n = 0;
+	int rc;
+
+	rc = agent_batch_open(&b, p, len);
+	while (!rc && (rc = agent_batch_next(&b, &type, &group, &rq,
+					     &rlen)) == 1) {
+		rc = agent_req_parse(type, rq, rlen, &k->q);
+		if (rc == -EPROTO || (type == AGENT_T_PUT &&
+				      !k->q.inline_data))
+			return -EPROTO;
+		if (failed && group == failed_group) {
+			rc = -ECANCELED;
+		} else if (!rc && type == AGENT_T_PUT) {
+			uint32_t want;
+			bool fatal = false;
+
+			rc = do_put(k, &k->q, &want, &fatal);
+		} else if (!rc) {
+			size_t mark = k->out.len;
+
+			rc = do_req(k, &k->q);
+			k->out.len = mark; /* results are not returned */
+		}
+		failed = rc != 0;
+		failed_group = group;
+		st[n++] = rc;
+		rc = 0;
+	}
+	if (rc < 0)
+		return rc;
+	agent_put_u32(&k->out, n);
+	for (uint32_t i = 0; i < n; i++)
+		agent_put_u32(&k->out, (uint32_t)st[i]);
+	return 0;
+}
+
+/* --- connections ---------------------------------------------------------------- */
+
+static void serve(struct conn *k)
+{
+	const uint8_t *p;
+	uint16_t type;
+	size_t len;
+	int rc;
+
+	rc = agent_handshake_agent(k->fd, &k->srv->key, k->srv->encrypt,
+				   &k->c);
+	if (rc) {
+		LOG("%s: refused: %s", k->peer,
+		    rc == -EACCES ? "wrong key" : strerror(-rc));
+		return;
+	}
+	for (;;) {
+		rc = agent_recv(&k->c, &type, &p, &len);
+		if (rc) {
+			if (rc != -ECONNRESET)
+				LOG("%s: closing: %s", k->peer,
+				    rc == -EBADMSG ? "a frame failed its "
+						     "check (tampered, "
+						     "replayed or reordered)" :
+						     strerror(-rc));
+			return;
+		}
+		k->out.len = 0;
+		if (type == AGENT_T_BATCH) {
+			rc = do_batch(k, p, len);
+		} else if (type == AGENT_T_PUT) {
+			uint32_t want = 0;
+			bool fatal = false;
+
+			rc = agent_req_parse(type, p, len, &k->q);
+			if (!rc)
+				rc = do_put(k, &k->q, &want, &fatal);
+			if (fatal) {
+				LOG("%s: closing: %s", k->peer, strerror(-rc));
+				return;
+			}
+			if (!rc)
+				agent_put_u32(&k->out, 0);
+		} else {
+			rc = agent_req_parse(type, p, len, &k->q);
+			if (!rc)
+				rc = do_req(k, &k->q);
+		}
+		if (rc == -EPROTO) {
+			LOG("%s: closing: malformed frame (type %u, %zu "
+			    "bytes)", k->peer, type, len);
+			k->out.len = 0;
+			reply(k, -EPROTO);
+			return;
+		}
+		if (reply(k, rc))
+			return;
+	}
+}
+
+static void *conn_main(void *arg)
+{
+	struct conn *k = arg;
+
+	serve(k);
+	LOG("%s: done: %llu bytes written, %llu bytes already there, %llu "
+	    "chunks", k->peer, (unsigned long long)k->bytes_in,
+	    (unsigned long long)k->bytes_have, (unsigned long long)k->puts);
+	handles_close(k);
+	agent_conn_release(&k->c);
+	agent_buf_release(&k->out);
+	close(k->fd);
+	atomic_fetch_sub(&k->srv->nconns, 1);
+	free(k->buf);
+	free(k);
+	return NULL;
+}
+
+int agent_server_new(const struct agent_server_config *cfg,
+		     struct agent_server **out)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE };
+	struct addrinfo *ai = NULL;
+	struct agent_server *s;
+	char host[256], port[16];
+	const char *colon = strrchr(cfg->listen, ':');
+	int one = 1, rc;
+
+	*out = NULL;
+	if (!colon || (size_t)(colon - cfg->listen) >= sizeof(host) ||
+	    strlen(colon + 1) >= sizeof(port) || !colon[1])
+		return -EINVAL;
+	memcpy(host, cfg->listen, (size_t)(colon - cfg->listen));
+	host[colon - cfg->listen] = 0;
+	strcpy(port, colon + 1);
+	if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+		memmove(host, host + 1, strlen(host));
+		host[strlen(host) - 1] = 0;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->lfd = -1;
+	s->root = -1;
+	s->encrypt = cfg->encrypt;
+	s->max_conns = cfg->max_conns ? cfg->max_conns : 64;
+	rc = agent_key_load(cfg->key_file, &s->key);
+	if (rc) {
+		LOG("cannot use key file '%s': %s", cfg->key_file,
+		    rc == -EPERM ? "group or others may read it (chmod 600)" :
+		    rc == -EINVAL ? "not a file of 16 to 1023 bytes" :
+				    strerror(-rc));
+		goto fail;
+	}
+	s->root = open(cfg->root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (s->root < 0) {
+		rc = -errno;
+		LOG("cannot open root '%s': %s", cfg->root, strerror(-rc));
+		goto fail;
+	}
+	rc = getaddrinfo(*host ? host : NULL, port, &hints, &ai);
+	if (rc) {
+		LOG("cannot resolve '%s': %s", cfg->listen, gai_strerror(rc));
+		rc = -EINVAL;
+		goto fail;
+	}
+	s->lfd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s->lfd < 0 ||
+	    setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+	    bind(s->lfd, ai->ai_addr, ai->ai_addrlen) || listen(s->lfd, 64)) {
+		rc = -errno;
+		LOG("cannot listen on '%s': %s", cfg->listen, strerror(-rc));
+		goto fail;
+	}
+	freeaddrinfo(ai);
+	*out = s;
+	return 0;
+fail:
+	if (ai)
+		freeaddrinfo(ai);
+	agent_server_free(s);
+	return rc;
+}
+
+int agent_server_run(struct agent_server *s)
+{
+	for (;;) {
+		struct sockaddr_storage sa;
+		socklen_t salen = sizeof(sa);
+		int fd = accept4(s->lfd, (struct sockaddr *)&sa, &salen,
+				 SOCK_CLOEXEC), one = 1, sz = SOCK_BUF;
+		pthread_attr_t at;
+		pthread_t t;
+		struct conn *k;
+
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED ||
+			    errno == EMFILE || errno == ENFILE)
+				continue;
+			return -errno;
+		}
+		if (atomic_fetch_add(&s->nconns, 1) >= s->max_conns) {
+			atomic_fetch_sub(&s->nconns, 1);
+			close(fd);
+			continue;
+		}
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+		k = calloc(1, sizeof(*k));
+		if (!k) {
+			atomic_fetch_sub(&s->nconns, 1);
+			close(fd);
+			continue;
+		}
+		k->srv = s;
+		k->fd = fd;
+		if (getnameinfo((struct sockaddr *)&sa, salen, k->peer,
+				sizeof(k->peer), NULL, 0, NI_NUMERICHOST))
+			strcpy(k->peer, "?");
+		pthread_attr_init(&at);
+		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		if (pthread_create(&t, &at, conn_main, k)) {
+			atomic_fetch_sub(&s->nconns, 1);
+			close(fd);
+			free(k);
+		}
+		pthread_attr_destroy(&at);
+	}
+}
+
+void agent_server_free(struct agent_server *s)
+{
+	if (!s)
+		return;
+	if (s->lfd >= 0)
+		close(s->lfd);
+	if (s->root >= 0)
+		close(s->root);
+	OPENSSL_cleanse(&s->key, sizeof(s->key));
+	free(s);
+}
