@@ -2,8 +2,11 @@
  * agent.c - the agent driver: a share reached through ferry-agent, which
  * runs next to it and writes locally what it pulls (agent/PROTOCOL.md).
  *
- *   agent://HOST:PORT   options: agent_key=FILE (required),
- *                       agent_encrypt (ask for an encrypted session)
+ *   agent://HOST:PORT[/PATH]   options: agent_key=FILE (required),
+ *                              agent_encrypt (ask for an encrypted session)
+ *
+ * PATH: the share's root is PATH below the agent's --root (the share is
+ * nfs://HOST/export/PATH while the agent serves the export's directory).
  *
  * Used by the flusher (journal/flush.c), one connection per stream; the
  * share's own driver still serves the mount's namespace and reads, so this
@@ -60,6 +63,7 @@ struct arm {
 	struct rmt base;
 	pthread_mutex_t lock;     /* one exchange at a time; all below */
 	char host[256], port[16];
+	char *prefix;             /* the share's root below the agent's */
 	struct agent_key key;
 	bool encrypt;
 	int fd;                   /* -1: DOWN */
@@ -308,6 +312,24 @@ static int simple(struct arm *a, uint16_t type)
 	return rc;
 }
 
+/* A path of ours as the agent names it: below the prefix. */
+static void put_path(struct arm *a, const char *path)
+{
+	char buf[PATH_MAX];
+	int n;
+
+	if (!a->prefix) {
+		agent_put_str(&a->req, path);
+		return;
+	}
+	n = snprintf(buf, sizeof(buf), "%s%s%s", a->prefix, *path ? "/" : "",
+		     path);
+	if (n < 0 || (size_t)n >= sizeof(buf))
+		a->req.bad = true; /* -ENOMEM: too long for the agent */
+	else
+		agent_put_str(&a->req, buf);
+}
+
 /* --- names --------------------------------------------------------------------- */
 
 static int a_stat(struct rmt *r, const char *path, struct stat *st)
@@ -321,7 +343,7 @@ static int a_stat(struct rmt *r, const char *path, struct stat *st)
 		end(a);
 		return -EAGAIN;
 	}
-	agent_put_str(&a->req, path);
+	put_path(a, path);
 	rc = exchange(a, AGENT_T_STAT, &res);
 	if (!rc) {
 		agent_get_stat(&res, st);
@@ -366,7 +388,7 @@ static int a_path_mode(struct rmt *r, uint16_t type, const char *path,
 	struct arm *a = arm_of(r);
 
 	begin(a);
-	agent_put_str(&a->req, path);
+	put_path(a, path);
 	if (with_mode)
 		agent_put_u32(&a->req, mode);
 	return simple(a, type);
@@ -392,7 +414,7 @@ static int a_mknod(struct rmt *r, const char *path, mode_t mode, dev_t rdev)
 	struct arm *a = arm_of(r);
 
 	begin(a);
-	agent_put_str(&a->req, path);
+	put_path(a, path);
 	agent_put_u32(&a->req, mode);
 	agent_put_u64(&a->req, rdev);
 	return simple(a, AGENT_T_MKNOD);
@@ -404,7 +426,7 @@ static int a_symlink(struct rmt *r, const char *target, const char *path)
 
 	begin(a);
 	agent_put_str(&a->req, target);
-	agent_put_str(&a->req, path);
+	put_path(a, path);
 	return simple(a, AGENT_T_SYMLINK);
 }
 
@@ -421,7 +443,7 @@ static int a_readlink(struct rmt *r, const char *path, char *buf,
 		end(a);
 		return -EAGAIN;
 	}
-	agent_put_str(&a->req, path);
+	put_path(a, path);
 	rc = exchange(a, AGENT_T_READLINK, &res);
 	if (!rc) {
 		agent_get_str(&res, t, sizeof(t));
@@ -444,8 +466,8 @@ static int a_two(struct rmt *r, uint16_t type, const char *from,
 	struct arm *a = arm_of(r);
 
 	begin(a);
-	agent_put_str(&a->req, from);
-	agent_put_str(&a->req, to);
+	put_path(a, from);
+	put_path(a, to);
 	if (with_flags)
 		agent_put_u32(&a->req, flags);
 	return simple(a, type);
@@ -480,7 +502,7 @@ static int a_setattr(struct rmt *r, const char *path, struct rmt_file *f,
 		return -ESTALE;
 	}
 	agent_put_u32(&a->req, af ? af->hid : 0);
-	agent_put_str(&a->req, af ? "" : path);
+	put_path(a, af ? "" : path);
 	agent_put_u32(&a->req, sa->set);
 	agent_put_u32(&a->req, sa->mode);
 	agent_put_u32(&a->req, sa->uid);
@@ -516,7 +538,7 @@ static int a_file_open(struct rmt *r, const char *path, int flags,
 	af->gen = a->gen;
 	af->base.r = r;
 	agent_put_u32(&a->req, af->hid);
-	agent_put_str(&a->req, path);
+	put_path(a, path);
 	agent_put_u32(&a->req, (uint32_t)flags);
 	agent_put_u32(&a->req, mode);
 	rc = simple(a, AGENT_T_OPEN);
@@ -808,6 +830,7 @@ static void a_close(struct rmt *r)
 	conn_drop(a);
 	agent_buf_release(&a->req);
 	agent_buf_release(&a->batch);
+	free(a->prefix);
 	pthread_mutex_destroy(&a->lock);
 	memset(&a->key, 0, sizeof(a->key));
 	free(a);
@@ -872,14 +895,23 @@ int rmt_agent_open(const char *url, const char *opts, struct rmt **out)
 	struct arm *a;
 	int rc;
 
+	const char *slash = strchr(hp, '/');
+	char hostport[300];
+
 	*out = NULL;
+	if (strncmp(url, "agent://", 8) || (slash ? (size_t)(slash - hp) :
+					      strlen(hp)) >= sizeof(hostport))
+		goto bad_url;
+	memcpy(hostport, hp, slash ? (size_t)(slash - hp) : strlen(hp) + 1);
+	if (slash)
+		hostport[slash - hp] = 0;
+	if (slash && (!slash[1] || rmt_path_check(slash + 1)))
+		goto bad_url;
+	hp = hostport;
 	colon = strrchr(hp, ':');
-	if (strncmp(url, "agent://", 8) || !colon || colon == hp ||
-	    (size_t)(colon - hp) >= sizeof(a->host) || !colon[1] ||
-	    strlen(colon + 1) >= sizeof(a->port) || strchr(colon + 1, '/')) {
-		LOG_ERR("agent: '%s' is not agent://HOST:PORT", url);
-		return -EINVAL;
-	}
+	if (!colon || colon == hp || (size_t)(colon - hp) >= sizeof(a->host) ||
+	    !colon[1] || strlen(colon + 1) >= sizeof(a->port))
+		goto bad_url;
 	rc = rmt_opts_split(opts, opt_one, &p, &rest);
 	free(rest);
 	if (rc)
@@ -905,8 +937,14 @@ int rmt_agent_open(const char *url, const char *opts, struct rmt **out)
 			a->host[n - 2] = 0;
 	}
 	a->encrypt = p.encrypt;
+	if (slash && !(a->prefix = strdup(slash + 1))) {
+		free(a);
+		rc = -ENOMEM;
+		goto out;
+	}
 	rc = agent_key_load(p.keybuf, &a->key);
 	if (rc) {
+		free(a->prefix);
 		LOG_ERR("agent: cannot use key file '%s': %s", p.keybuf,
 			rc == -EPERM ? "group or others may read it" :
 			rc == -EINVAL ? "not a file of 16 to 1023 bytes" :
@@ -917,7 +955,8 @@ int rmt_agent_open(const char *url, const char *opts, struct rmt **out)
 	pthread_mutex_init(&a->lock, NULL);
 	a->base.ops = &agent_ops;
 	a->base.caps = RMT_CAP_THREADSAFE | RMT_CAP_PUT | RMT_CAP_BATCH;
-	if (asprintf(&a->base.id, "agent:%s:%s", a->host, a->port) < 0) {
+	if (asprintf(&a->base.id, "agent:%s:%s/%s", a->host, a->port,
+		     a->prefix ? a->prefix : "") < 0) {
 		a->base.id = NULL;
 		a_close(&a->base);
 		rc = -ENOMEM;
@@ -939,4 +978,7 @@ int rmt_agent_open(const char *url, const char *opts, struct rmt **out)
 out:
 	free(p.keybuf);
 	return rc;
+bad_url:
+	LOG_ERR("agent: '%s' is not agent://HOST:PORT[/PATH]", url);
+	return -EINVAL;
 }

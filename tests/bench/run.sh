@@ -21,6 +21,9 @@
 #   ferryfs-nfs   ferryfs on nfs://: cp, until flush --wait returns, cold read;
 #                 and cp to local disk, what ferryfs's cp compares with
 #   ferryfs-smb   ferryfs on smb://: the same ("n/a" without the smb driver)
+#   ferryfs-agent ferryfs on nfs:// flushing through ferry-agent, which this
+#                 script runs in the NAS namespace over the export directory
+#                 (port 7077): cp, until flush --wait returns
 # Each figure is the median of --runs (3) runs; its ratio is the time the
 # link needs for the same bytes (size / iperf3 -P4 rate of that direction,
 # measured in the same run) over the figure: 1.00 = the link's speed.
@@ -53,7 +56,7 @@ usage() {
 	exit "${1:-0}"
 }
 
-ALL_GROUPS=(iperf nfs-cp smbclient sshfs rclone-copy rclone-mount ferryfs-nfs ferryfs-smb)
+ALL_GROUPS=(iperf nfs-cp smbclient sshfs rclone-copy rclone-mount ferryfs-nfs ferryfs-smb ferryfs-agent)
 OPT_RATE='' OPT_CAP='' OPT_DELAY='' RUNS=3 QUICK=0 ROWS='' APPEND=0
 while (($#)); do
 	case $1 in
@@ -128,6 +131,10 @@ if [[ ! -x $FERRYFS ]]; then
 	cmake --build "$BUILD_DIR" --target ferryfs -j"$(nproc)" >/dev/null
 fi
 FERRYFS=$(realpath "$FERRYFS")
+AGENT=${AGENT:-$(dirname "$(dirname "$FERRYFS")")/agent/ferry-agent}
+if [[ ! -x $AGENT && -f $BUILD_DIR/CMakeCache.txt ]]; then
+	cmake --build "$BUILD_DIR" --target ferry-agent -j"$(nproc)" >/dev/null
+fi
 
 # nas.sh installs the NAS's packages; these are the clients it does not have
 PACKAGES=(rclone sshfs openssh-server openssh-client libnfs-utils smbclient iperf3 jq)
@@ -626,6 +633,25 @@ row fnfs-read pull "ferryfs nfs://: cold read, cp -r from a fresh mount"
 row fsmb-cp push "ferryfs smb://: cp -r (returns)"
 row fsmb-flush push "ferryfs smb://: until flush --wait returns (from the start of cp)"
 row fsmb-read pull "ferryfs smb://: cold read, cp -r from a fresh mount"
+row fagt-cp push "ferryfs nfs:// + ferry-agent: cp -r (returns)"
+row fagt-flush push "ferryfs nfs:// + ferry-agent: until flush --wait returns (from the start of cp)"
+AGENT_PORT=7077
+# ferry-agent in the NAS namespace, serving the export's directory
+agent_up() {
+	local i
+	[[ -x $AGENT ]] || die "no $AGENT (build the ferry-agent target)"
+	head -c 32 /dev/urandom | base64 >"$WORK/agent.key"
+	chmod 600 "$WORK/agent.key"
+	nsenter --net="$NAS_NETNS" -- "$AGENT" --root "$NAS_EXPORT_DIR" \
+		--listen "$NAS_IP:$AGENT_PORT" --key-file "$WORK/agent.key" >"$LOGS/agent.log" 2>&1 &
+	PIDS[agent]=$!
+	for ((i = 0; i < 50; i++)); do
+		grep -q serving "$LOGS/agent.log" && return 0
+		kill -0 "${PIDS[agent]}" 2>/dev/null || break
+		sleep 0.1
+	done
+	die "ferry-agent did not start: $(lastlog "$LOGS/agent.log")"
+}
 FSMB_NA=
 ferry_mount() { # PREFIX URL [EXTRA_OPTS]: a fresh journal and cache
 	rm -rf "$WORK/journal" "$WORK/cache"
@@ -680,7 +706,17 @@ g_ferry() {
 	else
 		fail "$p-flush" "$w" "flush --wait failed ($(lastlog "$log"))"
 	fi
+	if [[ $p == fagt ]]; then # flushes through the agent, unless it fell back:
+		if "$FERRYFS" status "$MNT" --json 2>/dev/null | grep -q '"via": "share"'; then
+			fail fagt-flush "$w" "a stream flushed through the share, not the agent"
+		fi
+	fi
 	unmount "$MNT"
+	if [[ $p == fagt ]]; then # reads do not involve the agent: see fnfs-read
+		"$rmf" "$d"
+		rm -rf "$WORK/journal" "$WORK/cache"
+		return 0
+	fi
 	dst=$(local_dir)
 	drop_caches
 	if ferry_mount "$p" "$url/$BENCH_ID/$d" "$extra" && timed "$log" cp -r "$MNT/." "$dst/"; then
@@ -695,6 +731,7 @@ g_ferry() {
 
 # --- run ---------------------------------------------------------------------------------------------
 want sshfs && sshd_up
+want ferryfs-agent && agent_up
 { want rclone-copy || want rclone-mount; } && rclone_env
 say "NAS: rate $NAS_RATE, flow cap $NAS_FLOW_CAP, clients to $HOST$([[ -n $OPT_DELAY ]] && echo " (delay line, $NAS_DELAY_MS ms one way)"); $RUNS run(s)"
 T_START=$(now)
@@ -703,7 +740,7 @@ for ((RUN = 1; RUN <= RUNS; RUN++)); do
 	say "run $RUN/$RUNS: iperf3"
 	g_iperf || true
 	for w in "${WLS[@]}"; do
-		for g in nfs-cp smbclient sshfs rclone-copy rclone-mount ferryfs-nfs ferryfs-smb; do
+		for g in nfs-cp smbclient sshfs rclone-copy rclone-mount ferryfs-nfs ferryfs-smb ferryfs-agent; do
 			want "$g" || continue
 			say "run $RUN/$RUNS: $g ${WL_LABEL[$w]}"
 			case $g in
@@ -713,6 +750,10 @@ for ((RUN = 1; RUN <= RUNS; RUN++)); do
 			rclone-copy) g_rclone_copy "$w" || true ;;
 			rclone-mount) g_rclone_mount "$w" || true ;;
 			ferryfs-nfs) g_ferry fnfs "$NFS_BASE" "$NAS_EXPORT_DIR" nfs_mkdir nfs_rm "" "$w" || true ;;
+			ferryfs-agent)
+				g_ferry fagt "$NFS_BASE" "$NAS_EXPORT_DIR" nfs_mkdir nfs_rm \
+					"agent=$HOST:$AGENT_PORT/$BENCH_ID/fagt-r$RUN-$w,agent_key=$WORK/agent.key" "$w" || true
+				;;
 			ferryfs-smb)
 				g_ferry fsmb "smb://$SMB_USER@$HOST/nas" "$NAS_SHARE_DIR" smb_mkdir smb_rm \
 					"credentials=$SMB_CRED_FILE" "$w" || true
@@ -733,7 +774,7 @@ row_group() {
 	case $1 in
 	iperf*) echo iperf ;; nfscp*) echo nfs-cp ;; smb-*) echo smbclient ;; sshfs*) echo sshfs ;;
 	rclone*) echo rclone-copy ;; rmount*) echo rclone-mount ;; fnfs*) echo ferryfs-nfs ;;
-	fsmb*) echo ferryfs-smb ;;
+	fsmb*) echo ferryfs-smb ;; fagt*) echo ferryfs-agent ;;
 	esac
 }
 
