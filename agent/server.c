@@ -157,7 +157,7 @@ static int do_open(struct conn *k, const struct agent_req *q)
 {
 	int flags = (int)q->flags & (O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC);
 	struct handle *free_h = NULL;
-	struct stat st;
+	struct stat st = { 0 };
 	int fd;
 
 	if (handle_find(k, q->hid))
