@@ -73,6 +73,9 @@ enum agent_type {
 				reply when written, checked and durable */
 	AGENT_T_BATCH,       /* u32 n, n x (u16 type, u16 group, u32 len,
 				request) -> u32 n, n x i32 status */
+	AGENT_T_PUTP,        /* path, then as PUT without hid: the file at
+				path (which exists) is opened, written and
+				closed */
 	AGENT_T_MAX
 };
 

@@ -346,10 +346,14 @@ int agent_req_parse(uint16_t type, const uint8_t *p, size_t len,
 			r.bad = true;
 		path = false;
 		break;
-	case AGENT_T_PUT: {
+	case AGENT_T_PUT:
+	case AGENT_T_PUTP: {
 		const void *sha;
 
-		q->hid = agent_get_u32(&r);
+		if (type == AGENT_T_PUTP)
+			agent_get_str(&r, q->path, sizeof(q->path));
+		else
+			q->hid = agent_get_u32(&r);
 		q->off = agent_get_u64(&r);
 		q->len = agent_get_u32(&r);
 		sha = agent_get_bytes(&r, sizeof(q->sha));
@@ -363,7 +367,7 @@ int agent_req_parse(uint16_t type, const uint8_t *p, size_t len,
 		if (q->len > AGENT_DATA_MAX || q->off > (uint64_t)INT64_MAX -
 							     q->len)
 			r.bad = true;
-		path = false;
+		path = type == AGENT_T_PUTP;
 		break;
 	}
 	default:

@@ -284,7 +284,7 @@ static void sha256(const void *p, size_t n, uint8_t out[32])
 		memset(out, 0, 32);
 }
 
-static int write_synced(int fd, const uint8_t *p, size_t n, off_t off)
+static int write_all(int fd, const uint8_t *p, size_t n, off_t off)
 {
 	while (n) {
 		ssize_t w = pwrite(fd, p, n, off);
@@ -297,7 +297,45 @@ static int write_synced(int fd, const uint8_t *p, size_t n, off_t off)
 		n -= (size_t)w;
 		off += w;
 	}
-	return sys_rc(fdatasync(fd));
+	return 0;
+}
+
+static bool all_zero(const uint8_t *p, size_t n)
+{
+	return n == 0 || (p[0] == 0 && !memcmp(p, p + 1, n - 1));
+}
+
+#define SPARSE_BLOCK 4096u
+
+/*
+ * Write a chunk and fdatasync it. Past the file's end, blocks of zeros
+ * are not written (they stay holes, as journal/flush.c's write_sparse()
+ * keeps them); a last byte marks where the chunk ends (a write never
+ * shrinks the file, which a truncate could under another stream's chunk).
+ */
+static int write_synced(int fd, const uint8_t *p, size_t n, off_t off)
+{
+	struct stat st;
+	size_t head, pos, run;
+	int rc;
+
+	if (fstat(fd, &st))
+		return -errno;
+	head = st.st_size <= off ? 0 :
+	       (uint64_t)(st.st_size - off) >= n ? n :
+						    (size_t)(st.st_size - off);
+	rc = write_all(fd, p, head, off);
+	for (pos = head; !rc && pos < n; pos += run) {
+		run = SPARSE_BLOCK - (size_t)((uint64_t)(off + (off_t)pos) %
+					      SPARSE_BLOCK);
+		if (run > n - pos)
+			run = n - pos;
+		if (!all_zero(p + pos, run))
+			rc = write_all(fd, p + pos, run, off + (off_t)pos);
+	}
+	if (!rc && n > head && all_zero(p + n - 1, 1))
+		rc = write_all(fd, p + n - 1, 1, off + (off_t)n - 1);
+	return rc ? rc : sys_rc(fdatasync(fd));
 }
 
 /* Does the file hold the chunk already (same SHA-256)? */
@@ -341,19 +379,17 @@ static int reply(struct conn *k, int status)
  * PUT: inline bytes are written at once; otherwise "want" and the DATA
  * frame. Returns the status to reply, or a connection error (*fatal).
  */
-static int do_put(struct conn *k, const struct agent_req *q, uint32_t *want,
-		  bool *fatal)
+static int put_fd(struct conn *k, int fd, const struct agent_req *q,
+		  uint32_t *want, bool *fatal)
 {
 	uint8_t sha[32];
 	const uint8_t *p;
 	uint16_t type;
 	size_t len;
-	int fd = handle_fd(k, q->hid), rc;
+	int rc;
 
 	*want = 0;
 	k->puts++;
-	if (fd < 0)
-		return fd;
 	if (q->inline_data) {
 		sha256(q->data, q->len, sha);
 		if (CRYPTO_memcmp(sha, q->sha, 32))
@@ -385,6 +421,25 @@ static int do_put(struct conn *k, const struct agent_req *q, uint32_t *want,
 	if (CRYPTO_memcmp(sha, q->sha, 32))
 		return -EIO;
 	return write_synced(fd, p, len, (off_t)q->off);
+}
+
+/* PUT (to an open file) or PUTP (to the file at a path, opened for it). */
+static int do_put(struct conn *k, const struct agent_req *q, uint32_t *want,
+		  bool *fatal)
+{
+	int fd, rc;
+
+	if (q->type == AGENT_T_PUT) {
+		fd = handle_fd(k, q->hid);
+		return fd < 0 ? fd : put_fd(k, fd, q, want, fatal);
+	}
+	fd = open_beneath(k->srv->root, q->path,
+			  O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0);
+	if (fd < 0)
+		return fd;
+	rc = put_fd(k, fd, q, want, fatal);
+	close(fd);
+	return rc;
 }
 
 /* Carry out one request (not PUT, BATCH); the result goes to k->out. */
@@ -538,12 +593,14 @@ static int do_batch(struct conn *k, const uint8_t *p, size_t len)
 	while (!rc && (rc = agent_batch_next(&b, &type, &group, &rq,
 					     &rlen)) == 1) {
 		rc = agent_req_parse(type, rq, rlen, &k->q);
-		if (rc == -EPROTO || (type == AGENT_T_PUT &&
+		if (rc == -EPROTO || ((type == AGENT_T_PUT ||
+				       type == AGENT_T_PUTP) &&
 				      !k->q.inline_data))
 			return -EPROTO;
 		if (failed && group == failed_group) {
 			rc = -ECANCELED;
-		} else if (!rc && type == AGENT_T_PUT) {
+		} else if (!rc && (type == AGENT_T_PUT ||
+				   type == AGENT_T_PUTP)) {
 			uint32_t want;
 			bool fatal = false;
 
@@ -597,7 +654,7 @@ static void serve(struct conn *k)
 		k->out.len = 0;
 		if (type == AGENT_T_BATCH) {
 			rc = do_batch(k, p, len);
-		} else if (type == AGENT_T_PUT) {
+		} else if (type == AGENT_T_PUT || type == AGENT_T_PUTP) {
 			uint32_t want = 0;
 			bool fatal = false;
 

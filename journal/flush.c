@@ -163,9 +163,11 @@ struct stream {
 	jnl_id logged_park;            /* last node a park was logged for */
 	uint64_t kick_seen;            /* f->kick_gen handled */
 	char path[PATH_MAX], path2[PATH_MAX];
+	char *pbuf;                    /* send_put(): CLAIM_MAX paths */
 
 	/* protected by f->lock */
-	jnl_id writing;                /* node of the chunk being sent, or 0 */
+	jnl_id writing[CLAIM_MAX];     /* nodes of the chunks being sent */
+	int nwriting;
 	jnl_id sizing[OPQ_BATCH];      /* nodes whose size is being applied
 					  (invariant 5) */
 	int nsizing;
@@ -207,6 +209,8 @@ struct jnl_flusher {
 					  UINT64_MAX = none; lock */
 	uint64_t ns_epoch;             /* invariant 4; lock */
 	unsigned int ns_busy;          /* lock */
+	unsigned int ns_readers;       /* send_put()s under way; lock */
+	unsigned int ns_wwait;         /* ns_enter()s waiting for them; lock */
 	int64_t tat;                   /* bw_book(); lock */
 };
 
@@ -348,7 +352,7 @@ static void step_done(struct stream *s)
 	struct jnl_flusher *f = s->f;
 
 	pthread_mutex_lock(&f->lock);
-	s->writing = 0;
+	s->nwriting = 0;
 	pthread_cond_broadcast(&f->done);
 	pthread_mutex_unlock(&f->lock);
 }
@@ -773,6 +777,10 @@ static bool sized(const struct stream *s, jnl_id id)
 	return false;
 }
 
+static void chunk_done(struct stream *s, const struct jnl_chunk_ref *c,
+		       int rc, enum fault fault, const unsigned char sha[32],
+		       size_t sent);
+
 /* Send one claimed chunk and release (or park) it. */
 static void send_chunk(struct stream *s, const struct jnl_chunk_ref *c)
 {
@@ -785,12 +793,24 @@ static void send_chunk(struct stream *s, const struct jnl_chunk_ref *c)
 	pthread_mutex_lock(&f->lock);
 	while (!f->stop && sized(s, c->id)) /* invariant 5 */
 		pthread_cond_wait(&f->done, &f->lock);
-	s->writing = c->id;
+	s->writing[0] = c->id;
+	s->nwriting = 1;
 	set_state(s, JNL_STREAM_FLUSHING);
 	pthread_mutex_unlock(&f->lock);
 	s->path[0] = 0;
 
 	rc = chunk_write(s, c, sha, &sent, &fault);
+	chunk_done(s, c, rc, fault, sha, sent);
+	step_done(s);
+}
+
+/* End chunk @c after its write gave @rc (invariant 1): release or park. */
+static void chunk_done(struct stream *s, const struct jnl_chunk_ref *c,
+		       int rc, enum fault fault, const unsigned char sha[32],
+		       size_t sent)
+{
+	struct jnl_flusher *f = s->f;
+
 	if (!rc) {
 		rc = jnl_chunk_release(f->j, c, true, sha);
 		if (rc) {
@@ -835,6 +855,160 @@ static void send_chunk(struct stream *s, const struct jnl_chunk_ref *c)
 			count_error(s, rc, true);
 			break;
 		}
+	}
+}
+
+/* The read side (send_put()): no name-moving replay runs until
+ * ns_read_end(); waits for those under way, and lets waiting ones go
+ * first. */
+static void ns_read_begin(struct jnl_flusher *f)
+{
+	pthread_mutex_lock(&f->lock);
+	while ((f->ns_busy || f->ns_wwait) && !f->stop)
+		pthread_cond_wait(&f->done, &f->lock);
+	f->ns_readers++;
+	pthread_mutex_unlock(&f->lock);
+}
+
+static void ns_read_end(struct jnl_flusher *f)
+{
+	pthread_mutex_lock(&f->lock);
+	f->ns_readers--;
+	pthread_cond_broadcast(&f->done);
+	pthread_mutex_unlock(&f->lock);
+}
+
+#define PUT_BATCH_MAX (256u << 10) /* chunks up to this go in one batch */
+
+/*
+ * The claimed chunks not sent yet, through rmt_put_path() (RMT_CAP_PUT:
+ * the agent): each chunk is written, checked and synced in one exchange at
+ * its node's path, without an open file, and small chunks of many files go
+ * in one batch (one round trip). Invariant 4 by the read side of the
+ * epoch (ns_read_begin()): no rename, unlink or rmdir replay runs between
+ * jnl_node_rpath() and the writes. Invariant 5: every chunk's node is in
+ * s->writing[] while it is sent, after no other stream was sizing it.
+ */
+static void send_put(struct stream *s)
+{
+	struct jnl_flusher *f = s->f;
+	struct jnl_chunk_ref *c = &s->claim[s->next];
+	int n = 0, rc[CLAIM_MAX], grc[CLAIM_MAX], groups;
+	enum fault fault[CLAIM_MAX];
+	unsigned char sha[CLAIM_MAX][32];
+	size_t len[CLAIM_MAX], pos = 0, total = 0;
+	bool batch = true;
+
+	/* as many as fit the buffer (the claim's budget is one chunk) */
+	while (s->next + n < s->nclaim &&
+	       (n == 0 || pos + c[n].length <= f->chunk_size)) {
+		pos += c[n].length;
+		n++;
+	}
+	s->next += n;
+	pthread_mutex_lock(&f->lock);
+	for (bool again = true; again && !f->stop;) {
+		again = false;
+		for (int i = 0; i < n && !again; i++)
+			again = sized(s, c[i].id);
+		if (again)
+			pthread_cond_wait(&f->done, &f->lock);
+	}
+	for (int i = 0; i < n; i++)
+		s->writing[i] = c[i].id;
+	s->nwriting = n;
+	set_state(s, JNL_STREAM_FLUSHING);
+	pthread_mutex_unlock(&f->lock);
+
+	ns_read_begin(f);
+	pos = 0;
+	for (int i = 0; i < n; i++) {
+		char *path = s->pbuf + (size_t)i * PATH_MAX;
+		unsigned char *buf = s->buf + pos;
+		ssize_t got;
+
+		len[i] = 0;
+		fault[i] = F_JOURNAL;
+		got = jnl_read(f->j, c[i].id, buf, c[i].length,
+			       (off_t)(c[i].index * f->chunk_size), NULL);
+		rc[i] = got < 0 ? (int)got : got == 0 ? -ENOENT : 0;
+		if (got <= 0) {
+			fault[i] = got == 0 || got == -ENOENT ? F_GONE :
+								F_JOURNAL;
+			continue;
+		}
+		len[i] = (size_t)got;
+		pos += len[i];
+		if (!EVP_Digest(buf, len[i], sha[i], NULL, EVP_sha256(),
+				NULL)) {
+			rc[i] = -ENOMEM;
+			continue;
+		}
+		rc[i] = jnl_node_rpath(f->j, c[i].id, path, PATH_MAX);
+		if (rc[i] == -ENOENT) {
+			struct jnl_node node;
+
+			/* as in chunk_write(): gone, or not placed yet */
+			if (!jnl_node_get(f->j, c[i].id, &node) &&
+			    (node.flags & (JNL_NODE_UNLINKED | JNL_NODE_LOCAL)))
+				fault[i] = F_GONE;
+			continue;
+		}
+		if (rc[i])
+			continue;
+		fault[i] = F_REMOTE;
+		total += len[i];
+		batch = batch && len[i] <= PUT_BATCH_MAX;
+	}
+	if (total && bw_book(s, total)) {
+		for (int i = 0; i < n; i++)
+			if (!rc[i]) {
+				rc[i] = -ECANCELED;
+				fault[i] = F_STOP;
+			}
+		total = 0;
+	}
+	groups = -EOPNOTSUPP;
+	if (total && batch && n > 1 && !rmt_batch_begin(s->r)) {
+		pos = 0;
+		for (int i = 0; i < n; i++) {
+			rmt_batch_mark(s->r);
+			if (!rc[i])
+				rc[i] = (int)rmt_put_path(
+					s->r, s->pbuf + (size_t)i * PATH_MAX,
+					s->buf + pos, len[i],
+					(off_t)(c[i].index * f->chunk_size),
+					sha[i]);
+			rc[i] = rc[i] < 0 ? rc[i] : 0;
+			pos += len[i];
+		}
+		groups = rmt_batch_end(s->r, grc, (unsigned int)n);
+		for (int i = 0; i < n; i++)
+			if (fault[i] == F_REMOTE && !rc[i])
+				rc[i] = groups < 0 ? groups : grc[i];
+	} else if (total) {
+		pos = 0;
+		for (int i = 0; i < n; i++) {
+			ssize_t got = 0;
+
+			if (!rc[i])
+				got = rmt_put_path(s->r,
+						   s->pbuf + (size_t)i * PATH_MAX,
+						   s->buf + pos, len[i],
+						   (off_t)(c[i].index *
+							   f->chunk_size),
+						   sha[i]);
+			if (got < 0)
+				rc[i] = (int)got;
+			pos += len[i];
+		}
+	}
+	ns_read_end(f);
+	for (int i = 0; i < n; i++) {
+		if (rc[i] && fault[i] == F_REMOTE)
+			snprintf(s->path, sizeof(s->path), "%s",
+				 s->pbuf + (size_t)i * PATH_MAX);
+		chunk_done(s, &c[i], rc[i], fault[i], sha[i], len[i]);
 	}
 	step_done(s);
 }
@@ -889,8 +1063,10 @@ static int gate(struct stream *s, jnl_id id)
 	while (!f->stop && busy) {
 		busy = false;
 		for (unsigned int i = 0; i < f->nstreams; i++)
-			if (&f->s[i] != s && f->s[i].writing == id)
-				busy = true;
+			for (int k = 0; &f->s[i] != s && k < f->s[i].nwriting;
+			     k++)
+				if (f->s[i].writing[k] == id)
+					busy = true;
 		if (busy)
 			pthread_cond_wait(&f->done, &f->lock);
 	}
@@ -917,6 +1093,10 @@ static void ungate(struct stream *s)
 static void ns_enter(struct jnl_flusher *f)
 {
 	pthread_mutex_lock(&f->lock);
+	f->ns_wwait++;
+	while (f->ns_readers)
+		pthread_cond_wait(&f->done, &f->lock);
+	f->ns_wwait--;
 	f->ns_busy++;
 	f->ns_epoch++;
 	pthread_mutex_unlock(&f->lock);
@@ -1480,7 +1660,11 @@ static void *stream_main(void *arg)
 		if (s->next >= s->nclaim)
 			agent_try(s);
 		if (s->next < s->nclaim) {
-			send_chunk(s, &s->claim[s->next++]);
+			if ((rmt_caps(s->r) & RMT_CAP_PUT) &&
+			    !(f->flags & JNL_FLUSH_VERIFY))
+				send_put(s);
+			else
+				send_chunk(s, &s->claim[s->next++]);
 			continue;
 		}
 		s->next = s->nclaim = 0;
@@ -1539,6 +1723,7 @@ static void flusher_free(struct jnl_flusher *f)
 		rmt_close(f->s[i].share);
 		rmt_close(f->s[i].agent);
 		free(f->s[i].buf);
+		free(f->s[i].pbuf);
 		free(f->s[i].vbuf);
 	}
 	free(f->s);
@@ -1616,9 +1801,11 @@ int jnl_flusher_start(struct jnl *j, const struct jnl_flush_config *cfg,
 		s->no = i;
 		s->t0 = now_ns();
 		s->buf = malloc(f->chunk_size);
+		s->pbuf = malloc((size_t)CLAIM_MAX * PATH_MAX);
 		if (f->flags & JNL_FLUSH_VERIFY)
 			s->vbuf = malloc(f->chunk_size);
-		if (!s->buf || ((f->flags & JNL_FLUSH_VERIFY) && !s->vbuf)) {
+		if (!s->buf || !s->pbuf ||
+		    ((f->flags & JNL_FLUSH_VERIFY) && !s->vbuf)) {
 			rc = -ENOMEM;
 			break;
 		}

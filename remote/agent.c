@@ -618,9 +618,11 @@ static ssize_t a_file_pread(struct rmt_file *f, void *buf, size_t len,
 	return rc;
 }
 
-/* PUT: inline, or "want" then DATA. Returns bytes sent or -errno. */
-static ssize_t put(struct arm *a, struct afile *af, const void *buf,
-		   size_t len, off_t off, const unsigned char sha[32])
+/* PUT (@af) or PUTP (@path): inline, or "want" then DATA. Returns bytes
+ * sent or -errno; in a batch, queued (inline only). */
+static ssize_t put(struct arm *a, struct afile *af, const char *path,
+		   const void *buf, size_t len, off_t off,
+		   const unsigned char sha[32])
 {
 	struct agent_rd res;
 	bool inl = len <= INLINE_MAX;
@@ -628,14 +630,21 @@ static ssize_t put(struct arm *a, struct afile *af, const void *buf,
 	uint32_t want;
 	int rc;
 
-	agent_put_u32(&a->req, af->hid);
+	if (af)
+		agent_put_u32(&a->req, af->hid);
+	else
+		put_path(a, path);
 	agent_put_u64(&a->req, (uint64_t)off);
 	agent_put_u32(&a->req, (uint32_t)len);
 	agent_put_bytes(&a->req, sha, 32);
 	agent_put_u32(&a->req, inl);
 	if (inl)
 		agent_put_bytes(&a->req, buf, len);
-	rc = exchange(a, AGENT_T_PUT, &res);
+	if (in_batch(a)) {
+		rc = inl ? queue(a, af ? AGENT_T_PUT : AGENT_T_PUTP) : -EAGAIN;
+		return rc ? rc : (ssize_t)len;
+	}
+	rc = exchange(a, af ? AGENT_T_PUT : AGENT_T_PUTP, &res);
 	if (rc)
 		return rc;
 	want = agent_get_u32(&res);
@@ -671,7 +680,21 @@ static ssize_t a_file_put(struct rmt_file *f, const void *buf, size_t len,
 	rc = fbegin(af, a);
 	if (rc)
 		return rc;
-	rc = put(a, af, buf, len, off, sha);
+	rc = put(a, af, NULL, buf, len, off, sha);
+	end(a);
+	return rc;
+}
+
+static ssize_t a_put_path(struct rmt *r, const char *path, const void *buf,
+			  size_t len, off_t off, const unsigned char sha[32])
+{
+	struct arm *a = arm_of(r);
+	ssize_t rc;
+
+	if (len > AGENT_DATA_MAX)
+		return -EINVAL;
+	begin(a);
+	rc = put(a, NULL, path, buf, len, off, sha);
 	end(a);
 	return rc;
 }
@@ -858,6 +881,7 @@ static const struct rmt_ops agent_ops = {
 	.file_stat = a_file_stat,
 	.file_fsync = a_file_fsync,
 	.file_put = a_file_put,
+	.put_path = a_put_path,
 	.batch_begin = a_batch_begin,
 	.batch_mark = a_batch_mark,
 	.batch_end = a_batch_end,

@@ -662,6 +662,21 @@ ssize_t rmt_file_put(struct rmt_file *f, const void *buf, size_t len,
 	return n;
 }
 
+ssize_t rmt_put_path(struct rmt *r, const char *path, const void *buf,
+		     size_t len, off_t off, const unsigned char sha[32])
+{
+	ssize_t n;
+
+	CHECK(path);
+	if (!(r->caps & RMT_CAP_PUT) || !r->ops->put_path)
+		return -EOPNOTSUPP;
+	OP(r);
+	n = r->ops->put_path(r, path, buf, len, off, sha);
+	if (n > 0)
+		count(&r->cnt.bytes_written, (uint64_t)n);
+	return n;
+}
+
 int rmt_batch_begin(struct rmt *r)
 {
 	if (!(r->caps & RMT_CAP_BATCH) || !r->ops->batch_begin)

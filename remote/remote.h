@@ -294,13 +294,20 @@ int rmt_file_fd(const struct rmt_file *f);
  */
 ssize_t rmt_file_put(struct rmt_file *f, const void *buf, size_t len,
 		     off_t off, const unsigned char sha[32]);
+/* The same for the existing regular file at @path, opened and closed for
+ * it on the share's side (no round trip of its own): RMT_CAP_PUT only.
+ * In a batch (below) it is queued when the driver can carry @len bytes
+ * there (else -EAGAIN). */
+ssize_t rmt_put_path(struct rmt *r, const char *path, const void *buf,
+		     size_t len, off_t off, const unsigned char sha[32]);
 
 /*
  * Batches (RMT_CAP_BATCH only, else -EOPNOTSUPP). Between
  * rmt_batch_begin() and rmt_batch_end(), calls of this thread on @r are
  * queued and return 0 at once: mkdir, rmdir, unlink, mknod, symlink, link,
  * rename, setattr, file_open (its file may be used by later queued calls),
- * file_close; any other call returns -EAGAIN and is not queued.
+ * file_close, put_path (small ones); any other call returns -EAGAIN and is
+ * not queued.
  * rmt_batch_mark() starts a group: rmt_batch_end() sends the batch (one
  * round trip), the share carries the calls out in order, skipping the rest
  * of a group after its first failure, and rc[i] is the result of group i

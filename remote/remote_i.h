@@ -72,6 +72,8 @@ struct rmt_ops {
 	/* RMT_CAP_PUT: rmt_file_put() */
 	ssize_t (*file_put)(struct rmt_file *f, const void *buf, size_t len,
 			    off_t off, const unsigned char sha[32]);
+	ssize_t (*put_path)(struct rmt *r, const char *path, const void *buf,
+			    size_t len, off_t off, const unsigned char sha[32]);
 	/* RMT_CAP_BATCH: rmt_batch_begin(), _mark(), _end() */
 	int (*batch_begin)(struct rmt *r);
 	void (*batch_mark)(struct rmt *r);
