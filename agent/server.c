@@ -308,12 +308,13 @@ static bool all_zero(const uint8_t *p, size_t n)
 #define SPARSE_BLOCK 4096u
 
 /*
- * Write a chunk and fdatasync it. Past the file's end, blocks of zeros
+ * Write a chunk and fdatasync it (unless !@sync: the caller does). Past the file's end, blocks of zeros
  * are not written (they stay holes, as journal/flush.c's write_sparse()
  * keeps them); a last byte marks where the chunk ends (a write never
  * shrinks the file, which a truncate could under another stream's chunk).
  */
-static int write_synced(int fd, const uint8_t *p, size_t n, off_t off)
+static int write_chunk(int fd, const uint8_t *p, size_t n, off_t off,
+		       bool sync)
 {
 	struct stat st;
 	size_t head, pos, run;
@@ -335,7 +336,7 @@ static int write_synced(int fd, const uint8_t *p, size_t n, off_t off)
 	}
 	if (!rc && n > head && all_zero(p + n - 1, 1))
 		rc = write_all(fd, p + n - 1, 1, off + (off_t)n - 1);
-	return rc ? rc : sys_rc(fdatasync(fd));
+	return rc || !sync ? rc : sys_rc(fdatasync(fd));
 }
 
 /* Does the file hold the chunk already (same SHA-256)? */
@@ -380,7 +381,7 @@ static int reply(struct conn *k, int status)
  * frame. Returns the status to reply, or a connection error (*fatal).
  */
 static int put_fd(struct conn *k, int fd, const struct agent_req *q,
-		  uint32_t *want, bool *fatal)
+		  uint32_t *want, bool *fatal, bool sync)
 {
 	uint8_t sha[32];
 	const uint8_t *p;
@@ -395,7 +396,7 @@ static int put_fd(struct conn *k, int fd, const struct agent_req *q,
 		if (CRYPTO_memcmp(sha, q->sha, 32))
 			return -EIO;
 		k->bytes_in += q->len;
-		return write_synced(fd, q->data, q->len, (off_t)q->off);
+		return write_chunk(fd, q->data, q->len, (off_t)q->off, sync);
 	}
 	if (have(k, fd, q)) {
 		k->bytes_have += q->len;
@@ -420,25 +421,36 @@ static int put_fd(struct conn *k, int fd, const struct agent_req *q,
 	sha256(p, len, sha);
 	if (CRYPTO_memcmp(sha, q->sha, 32))
 		return -EIO;
-	return write_synced(fd, p, len, (off_t)q->off);
+	return write_chunk(fd, p, len, (off_t)q->off, true);
 }
 
-/* PUT (to an open file) or PUTP (to the file at a path, opened for it). */
+/*
+ * PUT (to an open file) or PUTP (to the file at a path, opened for it).
+ * @synced: NULL to fdatasync before returning; else (an inline one in a
+ * batch) *synced gets an fd of the file for the caller to fdatasync and
+ * close, so one batch costs the disk about one journal commit.
+ */
 static int do_put(struct conn *k, const struct agent_req *q, uint32_t *want,
-		  bool *fatal)
+		  bool *fatal, int *synced)
 {
 	int fd, rc;
 
 	if (q->type == AGENT_T_PUT) {
 		fd = handle_fd(k, q->hid);
-		return fd < 0 ? fd : put_fd(k, fd, q, want, fatal);
+		if (fd >= 0 && synced)
+			fd = sys_rc(fcntl(fd, F_DUPFD_CLOEXEC, 0));
+	} else {
+		fd = open_beneath(k->srv->root, q->path,
+				  O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY,
+				  0);
 	}
-	fd = open_beneath(k->srv->root, q->path,
-			  O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0);
 	if (fd < 0)
 		return fd;
-	rc = put_fd(k, fd, q, want, fatal);
-	close(fd);
+	rc = put_fd(k, fd, q, want, fatal, !synced);
+	if (synced && !rc)
+		*synced = fd;
+	else if (synced || q->type == AGENT_T_PUTP)
+		close(fd);
 	return rc;
 }
 
@@ -582,6 +594,7 @@ static int do_batch(struct conn *k, const uint8_t *p, size_t len)
 {
 	struct agent_batch_rd b;
 	int32_t st[AGENT_BATCH_MAX];
+	int sync_fd[AGENT_BATCH_MAX];
 	uint16_t type, group, failed_group = 0;
 	bool failed = false;
 	const uint8_t *rq;
@@ -593,10 +606,13 @@ static int do_batch(struct conn *k, const uint8_t *p, size_t len)
 	while (!rc && (rc = agent_batch_next(&b, &type, &group, &rq,
 					     &rlen)) == 1) {
 		rc = agent_req_parse(type, rq, rlen, &k->q);
+		sync_fd[n] = -1;
 		if (rc == -EPROTO || ((type == AGENT_T_PUT ||
 				       type == AGENT_T_PUTP) &&
-				      !k->q.inline_data))
-			return -EPROTO;
+				      !k->q.inline_data)) {
+			rc = -EPROTO;
+			break;
+		}
 		if (failed && group == failed_group) {
 			rc = -ECANCELED;
 		} else if (!rc && (type == AGENT_T_PUT ||
@@ -604,7 +620,7 @@ static int do_batch(struct conn *k, const uint8_t *p, size_t len)
 			uint32_t want;
 			bool fatal = false;
 
-			rc = do_put(k, &k->q, &want, &fatal);
+			rc = do_put(k, &k->q, &want, &fatal, &sync_fd[n]);
 		} else if (!rc) {
 			size_t mark = k->out.len;
 
@@ -615,6 +631,14 @@ static int do_batch(struct conn *k, const uint8_t *p, size_t len)
 		failed_group = group;
 		st[n++] = rc;
 		rc = 0;
+	}
+	/* the writes are acknowledged durable: one sync pass at the end */
+	for (uint32_t i = 0; i < n; i++) {
+		if (sync_fd[i] < 0)
+			continue;
+		if (rc >= 0 && !st[i])
+			st[i] = sys_rc(fdatasync(sync_fd[i]));
+		close(sync_fd[i]);
 	}
 	if (rc < 0)
 		return rc;
@@ -660,7 +684,7 @@ static void serve(struct conn *k)
 
 			rc = agent_req_parse(type, p, len, &k->q);
 			if (!rc)
-				rc = do_put(k, &k->q, &want, &fatal);
+				rc = do_put(k, &k->q, &want, &fatal, NULL);
 			if (fatal) {
 				LOG("%s: closing: %s", k->peer, strerror(-rc));
 				return;

@@ -4,12 +4,13 @@
 #
 #   sudo tests/bench/run.sh [--rate 1gbit|10gbit|RATE|none] [--flow-cap RATE|none]
 #                           [--delay-ms MS] [--runs N] [--quick] [--rows LIST]
-#                           [--append]
+#                           [--workloads LIST] [--append]
 #
 # Workloads (sources on /dev/shm, pulls written to /var/tmp):
 #   big    one 1 GiB file            (--quick: 64 MiB)
 #   four   4 x 256 MiB files         (--quick: 4 x 16 MiB)
 #   tree   10,000 files of 1-16 KiB in 100 directories (--quick: 500 files)
+# --workloads picks workloads (comma-separated; default big,four,tree).
 # Rows (--rows picks groups, comma-separated; default all):
 #   iperf         iperf3 -P1 and -P4, both directions: the link (always run)
 #   nfs-cp        libnfs nfs-cp push and pull, NFSv3, one file per call
@@ -57,10 +58,10 @@ usage() {
 }
 
 ALL_GROUPS=(iperf nfs-cp smbclient sshfs rclone-copy rclone-mount ferryfs-nfs ferryfs-smb ferryfs-agent)
-OPT_RATE='' OPT_CAP='' OPT_DELAY='' RUNS=3 QUICK=0 ROWS='' APPEND=0
+OPT_RATE='' OPT_CAP='' OPT_DELAY='' OPT_WLS='' RUNS=3 QUICK=0 ROWS='' APPEND=0
 while (($#)); do
 	case $1 in
-	--rate | --flow-cap | --delay-ms | --runs | --rows)
+	--rate | --flow-cap | --delay-ms | --runs | --rows | --workloads)
 		(($# >= 2)) || die "$1 needs a value"
 		case $1 in
 		--rate) OPT_RATE=$2 ;;
@@ -74,6 +75,7 @@ while (($#)); do
 			RUNS=$2
 			;;
 		--rows) ROWS=$2 ;;
+		--workloads) OPT_WLS=$2 ;;
 		esac
 		shift 2
 		;;
@@ -112,6 +114,12 @@ else
 	BIG_MB=1024 FOUR_MB=256 TREE_N=10000 IPERF_T=3
 fi
 WLS=(big four tree)
+if [[ -n $OPT_WLS ]]; then
+	IFS=, read -r -a WLS <<<"$OPT_WLS"
+	for w in "${WLS[@]}"; do
+		[[ $w == big || $w == four || $w == tree ]] || die "unknown workload '$w'"
+	done
+fi
 declare -A WL_LABEL=(
 	[big]="$( ((BIG_MB >= 1024)) && echo "$((BIG_MB / 1024)) GiB" || echo "$BIG_MB MiB")"
 	[four]="4 x $FOUR_MB MiB"
@@ -823,12 +831,20 @@ report() {
 	echo "- ferryfs: $("$FERRYFS" --version 2>&1 | head -1) (git $rev), streams=$STREAMS, write-back, journal on $(df -P "$WORK" | awk 'NR == 2 { print $1 }') under $BENCH_PARENT"
 	echo "- clients: libnfs-utils $(dpkg-query -W -f='${Version}' libnfs-utils), smbclient $(dpkg-query -W -f='${Version}' smbclient), sshfs $(dpkg-query -W -f='${Version}' sshfs), rclone $(dpkg-query -W -f='${Version}' rclone), iperf3 $(dpkg-query -W -f='${Version}' iperf3)"
 	echo "- machine: $(machine); NAS directories on $(df -P "$NAS_EXPORT_DIR" | awk 'NR == 2 { print $1 }')"
-	echo "- workloads: ${WL_LABEL[big]} ($((WL_BYTES[big])) B), ${WL_LABEL[four]} ($((WL_BYTES[four])) B), ${WL_LABEL[tree]} of 1-16 KiB in 100 dirs ($((WL_BYTES[tree])) B); sources on tmpfs, random bytes"
+	line="- workloads:"
+	for w in "${WLS[@]}"; do
+		line+=" ${WL_LABEL[$w]}$([[ $w == tree ]] && echo " of 1-16 KiB in 100 dirs") (${WL_BYTES[$w]} B),"
+	done
+	echo "${line%,}; sources on tmpfs, random bytes"
 	echo "- method: $RUNS run(s), median; sync + drop_caches before every measurement; every write checked by SHA-256 on the NAS side, every read locally; whole run ${T_TOTAL} s; load average at start $LOAD_START, at end $LOAD_END (other work on the machine shows up in the figures)"
 	echo "- cell: median time · MB/s (10^6 B/s) · ratio = (bytes / iperf3 -P4 rate of that direction) / time (1.00 = the link's speed)"
 	echo
-	printf '| row | %s | %s | %s |\n' "${WL_LABEL[big]}" "${WL_LABEL[four]}" "${WL_LABEL[tree]}"
-	echo "|---|---|---|---|"
+	line="| row |"
+	for w in "${WLS[@]}"; do line+=" ${WL_LABEL[$w]} |"; done
+	echo "$line"
+	line="|---|"
+	for w in "${WLS[@]}"; do line+="---|"; done
+	echo "$line"
 	for id in "${ROW_ORDER[@]}"; do
 		want "$(row_group "$id")" || continue
 		line="| ${ROW_LABEL[$id]} |"
