@@ -282,6 +282,28 @@ static bool created_here(struct fs *fs, jnl_id id)
 	       !nd.base_ino;
 }
 
+/*
+ * A directory created through the mount less than FRESH_DIR_S ago: a name
+ * the journal does not have is not there, without asking the share. A
+ * `cp -r` or `tar x` into a new tree then makes no round trip per file
+ * (the lookup before each create), however fast the flush made the
+ * directory appear on the share. Another writer's file put there within
+ * that time shows up after it (NFS clients cache directories longer).
+ */
+#define FRESH_DIR_S 30
+
+static bool fresh_here(struct fs *fs, jnl_id id)
+{
+	struct jnl_node nd;
+	struct timespec now;
+
+	if (id == JNL_ROOT || jnl_node_get(fs->jnl, id, &nd) ||
+	    nd.base_ino || !S_ISDIR(nd.mode))
+		return false;
+	clock_gettime(CLOCK_REALTIME, &now);
+	return now.tv_sec - nd.ctime.tv_sec < FRESH_DIR_S;
+}
+
 static int find_in(struct fs *fs, jnl_id pid, struct fs_inode *parent,
 		   const char *name, struct found *f)
 {
@@ -298,6 +320,8 @@ static int find_in(struct fs *fs, jnl_id pid, struct fs_inode *parent,
 		}
 		if (rc != -ENOENT || whiteout)
 			return rc;
+		if (fresh_here(fs, pid))
+			return -ENOENT;
 		rc = id_rpath(fs, pid, name, path); /* -ENOENT: LOCAL */
 	} else {
 		rc = fs_rpath(fs, parent, name, path);
