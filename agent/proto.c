@@ -698,8 +698,13 @@ int agent_handshake_agent(int fd, const struct agent_key *k, bool encrypt,
 	rc = proof(k, 'A', hello + 16, ans + 16, flags, ans + 16 + AGENT_NONCE);
 	if (!rc)
 		rc = write_full(fd, ans, sizeof(ans));
-	if (!rc)
+	if (!rc) {
 		rc = read_full(fd, mac, sizeof(mac), HANDSHAKE_MS);
+		/* a client closes here when our proof is not made with its
+		 * key (agent_handshake_client()): the keys differ */
+		if (rc == -ECONNRESET)
+			rc = -EACCES;
+	}
 	if (rc)
 		return rc;
 	rc = proof(k, 'C', hello + 16, ans + 16, flags, want);

@@ -240,9 +240,8 @@ static int do_setattr(struct conn *k, const struct agent_req *q)
 				close(tfd);
 		}
 	}
-	if (!rc && (q->set & AGENT_SET_MODE))
-		rc = fd >= 0 ? sys_rc(fchmod(fd, q->mode & 07777)) :
-			       chmod_at(dirfd, base, q->mode);
+	/* owner before mode: a chown clears the setuid and setgid bits,
+	 * even root's */
 	if (!rc && (q->set & (AGENT_SET_UID | AGENT_SET_GID))) {
 		uid_t u = (q->set & AGENT_SET_UID) ? q->uid : (uid_t)-1;
 		gid_t g = (q->set & AGENT_SET_GID) ? q->gid : (gid_t)-1;
@@ -251,6 +250,9 @@ static int do_setattr(struct conn *k, const struct agent_req *q)
 			       sys_rc(fchownat(dirfd, base, u, g,
 					       AT_SYMLINK_NOFOLLOW));
 	}
+	if (!rc && (q->set & AGENT_SET_MODE))
+		rc = fd >= 0 ? sys_rc(fchmod(fd, q->mode & 07777)) :
+			       chmod_at(dirfd, base, q->mode);
 	if (!rc && (q->set & (AGENT_SET_ATIME | AGENT_SET_MTIME))) {
 		if (q->set & AGENT_SET_ATIME)
 			ts[0] = q->atime;

@@ -152,6 +152,7 @@ struct stream {
 	struct rmt *r;                 /* share or agent: the one in use */
 	struct rmt *share, *agent;     /* agent NULL: none configured */
 	int64_t agent_retry_at;        /* CLOCK_MONOTONIC ns */
+	bool agent_elsewhere;          /* its root is not the share's: logged */
 	bool batching;                 /* in replay_batch(): ungate later */
 	unsigned char *buf, *vbuf;     /* chunk size each; vbuf if verifying */
 	struct handle h[HANDLE_MAX];
@@ -438,10 +439,16 @@ static void count_error(struct stream *s, int rc, bool retry)
 	}
 }
 
-/* On the share with an agent configured: try the agent again when due. */
+/*
+ * On the share with an agent configured: try the agent again when due.
+ * The agent must serve the share's root (paths are relative to it): an
+ * agent whose root is another directory (e.g. --root at the export while
+ * the mount is of a directory in it) would put every flushed name in the
+ * wrong place, so it is not used.
+ */
 static void agent_try(struct stream *s)
 {
-	struct statvfs sv;
+	struct stat ast, sst;
 	int64_t now;
 	int rc;
 
@@ -450,7 +457,20 @@ static void agent_try(struct stream *s)
 	now = now_ns();
 	if (now < s->agent_retry_at)
 		return;
-	rc = rmt_statfs(s->agent, &sv);
+	rc = rmt_stat(s->agent, "", &ast);
+	if (!rc)
+		rc = rmt_stat(s->share, "", &sst);
+	if (!rc && ast.st_ino != sst.st_ino) {
+		if (!s->no && !s->agent_elsewhere)
+			LOG_ERR("agent '%s' serves another directory than the "
+				"share's root (inode %llu, not %llu): not used; "
+				"start ferry-agent with --root at the share's "
+				"directory", rmt_id(s->agent),
+				(unsigned long long)ast.st_ino,
+				(unsigned long long)sst.st_ino);
+		s->agent_elsewhere = true;
+		rc = -EXDEV;
+	}
 	if (rc) {
 		LOG_DBG("flush stream %u: agent: %s", s->no, strerror(-rc));
 		s->agent_retry_at = now + AGENT_RETRY_NS;

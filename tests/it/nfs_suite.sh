@@ -70,6 +70,9 @@ VETH_CLI=ffnfs-c
 log() { printf 'nfs_suite: %s\n' "$*"; }
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# our own server: nas_need_packages, nas_own_up, nas_wait, nas_own_down
+# shellcheck source=nas_lib.sh
+. "$ROOT/tests/it/nas_lib.sh"
 v4=0
 keep=0
 serve=0
@@ -116,38 +119,18 @@ done
 W=
 NFS_DIR=
 sleeper=    # --serve: the pid of its sleep
-own=0       # our own ganesha (else nas.sh's server)
+nas_own=0   # our own ganesha (else nas.sh's server; nas_lib.sh sets it)
 nas_down=0  # we brought nas.sh up: take it down
 status=1
 
 # shellcheck disable=SC2317 # called through the EXIT trap
 cleanup() {
-	local pid ns
 	trap - EXIT INT TERM HUP
 	cd /
 	[ -n "$sleeper" ] && kill "$sleeper" 2>/dev/null
-	if [ "$own" = 1 ]; then
-		[ -n "$W" ] && : >"$W/stop"
-		for ns in $NS_NAS $NS_CLI; do
-			[ -e "/run/netns/$ns" ] || continue
-			for pid in $(ip netns pids "$ns" 2>/dev/null); do
-				kill -TERM "$pid" 2>/dev/null
-			done
-		done
-		for _ in $(seq 1 50); do
-			[ -z "$(ip netns pids $NS_NAS 2>/dev/null)$(ip netns pids $NS_CLI 2>/dev/null)" ] && break
-			sleep 0.1
-		done
-		for ns in $NS_NAS $NS_CLI; do
-			[ -e "/run/netns/$ns" ] || continue
-			for pid in $(ip netns pids "$ns" 2>/dev/null); do
-				kill -KILL "$pid" 2>/dev/null
-			done
-			ip netns del "$ns" 2>/dev/null
-		done
-	fi
+	nas_own_down
 	# our run directories in nas.sh's export (ours go with $W)
-	if [ "$own" = 0 ] && [ "$keep" = 0 ] && [ -n "${NFS_DIR:-}" ]; then
+	if [ "$nas_own" = 0 ] && [ "$keep" = 0 ] && [ -n "${NFS_DIR:-}" ]; then
 		rm -rf "$NFS_DIR"/v[34]-driver-$$ "$NFS_DIR"/v[34]-syscalls-$$ \
 			"$NFS_DIR"/v[34]-programs-$$
 	fi
@@ -167,141 +150,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'status=130; exit' INT
 trap 'status=143; exit' TERM HUP
-
-# --- packages ---------------------------------------------------------------
-
-need_packages() {
-	local missing=()
-	command -v ganesha.nfsd >/dev/null || missing+=(nfs-ganesha)
-	[ -e /usr/lib/x86_64-linux-gnu/ganesha/libfsalvfs.so ] ||
-		ls /usr/lib/*/ganesha/libfsalvfs.so >/dev/null 2>&1 ||
-		missing+=(nfs-ganesha-vfs)
-	command -v rpcbind >/dev/null || missing+=(rpcbind)
-	command -v rpcinfo >/dev/null || missing+=(rpcbind)
-	[ ${#missing[@]} = 0 ] && return 0
-	log "installing ${missing[*]}"
-	if ! command -v apt-get >/dev/null ||
-		! DEBIAN_FRONTEND=noninteractive apt-get install -y \
-			--no-install-recommends "${missing[@]}" >"$W/apt.log" 2>&1; then
-		tail -n 5 "$W/apt.log" 2>/dev/null
-		return 1
-	fi
-	# the package starts a system ganesha and rpcbind: not ours to keep
-	# running in the host's namespace, but not ours to stop either
-	return 0
-}
-
-# --- our own server -----------------------------------------------------------
-
-# in_cli CMD...: run in the client namespace (CLIENT_NETNS: its path)
-in_cli() { nsenter --net="$CLIENT_NETNS" "$@"; }
-
-own_server() {
-	local plugins ns
-	plugins=$(dirname "$(ls /usr/lib/*/ganesha/libfsalvfs.so 2>/dev/null | head -n 1)")
-	for ns in $NS_NAS $NS_CLI; do
-		if [ -e "/run/netns/$ns" ]; then
-			log "error: namespace $ns exists (another nfs_suite running, or a stale one: ip netns pids $ns; ip netns del $ns)"
-			return 1
-		fi
-	done
-	own=1
-	mkdir -m 0755 "$W/export" "$W/recov"
-	ip netns add $NS_NAS && ip netns add $NS_CLI &&
-		ip link add $VETH_CLI type veth peer name $VETH_NAS &&
-		ip link set $VETH_CLI netns $NS_CLI &&
-		ip link set $VETH_NAS netns $NS_NAS &&
-		ip -n $NS_CLI addr add $IP_CLI/24 dev $VETH_CLI &&
-		ip -n $NS_NAS addr add $IP_NAS/24 dev $VETH_NAS &&
-		ip -n $NS_CLI link set $VETH_CLI up &&
-		ip -n $NS_NAS link set $VETH_NAS up &&
-		ip -n $NS_CLI link set lo up &&
-		ip -n $NS_NAS link set lo up || {
-		log "error: cannot set up the network namespaces"
-		return 1
-	}
-	cat >"$W/ganesha.conf" <<EOF
-NFS_CORE_PARAM {
-	Protocols = 3, 4;
-	Bind_addr = $IP_NAS;
-	Enable_NLM = false;
-	Enable_RQUOTA = false;
-	NFS_Port = 2049;
-	MNT_Port = 20048;
-	mount_path_pseudo = true;
-	Plugins_Dir = $plugins;
-}
-NFSV4 {
-	Graceless = true;
-	Only_Numeric_Owners = true;
-	RecoveryBackend = fs;
-	RecoveryRoot = $W/recov;
-}
-EXPORT {
-	Export_Id = 1;
-	Path = $W/export;
-	Pseudo = /export;
-	Access_Type = RW;
-	Squash = No_Root_Squash;
-	Protocols = 3, 4;
-	Transports = TCP;
-	SecType = sys;
-	FSAL { Name = VFS; }
-}
-LOG { Default_Log_Level = EVENT; }
-EOF
-	# runs in the nas namespace with a mount namespace of its own
-	# (ip netns exec makes one): a private /run, so that rpcbind's
-	# socket and ganesha's pid file are not the host's. ganesha is
-	# started again when it exits, until $W/stop exists: killing it is
-	# a server restart (restart.sh, for it_nfs).
-	cat >"$W/serve.sh" <<'EOF'
-#!/bin/bash
-W=$1
-mount -t tmpfs -o mode=0755 ffnfs-run /run || exit 1
-mkdir -p /run/ganesha /run/rpcbind
-rpcbind -f -h "$2" >"$W/rpcbind.log" 2>&1 &
-sleep 0.3
-while [ ! -e "$W/stop" ]; do
-	ganesha.nfsd -F -f "$W/ganesha.conf" -L "$W/ganesha.log" \
-		-p /run/ganesha/ganesha.pid -N NIV_EVENT &
-	echo $! >"$W/ganesha.pid"
-	wait $!
-	sleep 0.2
-done
-EOF
-	cat >"$W/restart.sh" <<EOF
-#!/bin/sh
-# stop ganesha and return once it is gone; serve.sh starts it again
-# (the client's calls wait meanwhile)
-pid=\$(cat "$W/ganesha.pid") && kill -TERM "\$pid" || exit 1
-while kill -0 "\$pid" 2>/dev/null; do sleep 0.05; done
-EOF
-	chmod +x "$W/serve.sh" "$W/restart.sh"
-	setsid ip netns exec $NS_NAS "$W/serve.sh" "$W" "$IP_NAS" \
-		</dev/null >"$W/serve.log" 2>&1 &
-	NFS_URL=nfs://$IP_NAS/export
-	NFS_DIR=$W/export
-	CLIENT_NETNS=/run/netns/$NS_CLI
-	RESTART=$W/restart.sh
-	return 0
-}
-
-# The server answers MOUNT and NFS (rpcinfo from the client namespace).
-wait_server() {
-	local host=${NFS_URL#nfs://}
-	host=${host%%/*}
-	for _ in $(seq 1 300); do
-		if in_cli rpcinfo -t "$host" nfs 3 >/dev/null 2>&1 &&
-			in_cli rpcinfo -t "$host" mountd 3 >/dev/null 2>&1; then
-			return 0
-		fi
-		sleep 0.1
-	done
-	log "error: no NFS server at $host after 30 s"
-	[ -n "$W" ] && tail -n 20 "$W/ganesha.log" "$W/serve.log" 2>/dev/null
-	return 1
-}
 
 # nas.sh's server, if it has one for us: sets NFS_URL, NFS_DIR, CLIENT_NETNS
 nas_server() {
@@ -355,16 +203,16 @@ if [ "$server" = own ] || ! nas_server; then
 		"$ROOT/tests/bench/nas.sh" down >/dev/null 2>&1
 		nas_down=0
 	fi
-	if ! need_packages; then
+	if ! nas_need_packages; then
 		log "skip: cannot install nfs-ganesha, nfs-ganesha-vfs, rpcbind"
 		status=77
 		exit
 	fi
-	own_server || exit
+	nas_own_up || exit
 fi
 
 if [ "$serve" = 1 ]; then
-	wait_server || exit
+	nas_wait || exit
 	log "serving $NFS_URL (?version=3 or 4), exported from $NFS_DIR;"
 	log "clients in: nsenter --net=$CLIENT_NETNS${RESTART:+; restart: $RESTART}"
 	log "interrupt (Ctrl-C) to stop"
@@ -383,7 +231,7 @@ for v in "${runs[@]}"; do
 		mkdir -m 0755 "$NFS_DIR/$v-$name-$$" || exit
 	done
 done
-wait_server || exit
+nas_wait || exit
 
 # For sanitizer builds: libnfs 4.0's nfs4_set_client_name() drops the name
 # it had (a few bytes per NFSv4 connection, remote/nfs.c sets its own)
@@ -434,7 +282,7 @@ for v in "${runs[@]}"; do
 		rc=$?
 		cat "$W/$v-driver.log"
 		result "$v it_nfs" "$W/$v-driver.log" $rc $gating
-		wait_server || exit # it may have restarted the server
+		nas_wait || exit # it may have restarted the server
 	fi
 	for t in syscalls programs; do
 		if [ $t = syscalls ]; then
