@@ -464,8 +464,9 @@ static void agent_try(struct stream *s)
 		if (!s->no && !s->agent_elsewhere)
 			LOG_ERR("agent '%s' serves another directory than the "
 				"share's root (inode %llu, not %llu): not used; "
-				"start ferry-agent with --root at the share's "
-				"directory", rmt_id(s->agent),
+				"give the share's directory below the agent's "
+				"root as agent=HOST:PORT/PATH",
+				rmt_id(s->agent),
 				(unsigned long long)ast.st_ino,
 				(unsigned long long)sst.st_ino);
 		s->agent_elsewhere = true;
