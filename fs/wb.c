@@ -1746,6 +1746,59 @@ void fs_wb_ops(struct fuse_lowlevel_ops *ops)
 
 /* --- the journal and the flusher ------------------------------------------ */
 
+/* The agent's rmt_open() spec and options of -o agent=, agent_key=. */
+static int agent_spec(const struct fs_opts *o, char **spec, char **opts)
+{
+	*spec = *opts = NULL;
+	if (!o->agent)
+		return 0;
+	if (asprintf(spec, "agent://%s", o->agent) < 0) {
+		*spec = NULL;
+		return -ENOMEM;
+	}
+	if (asprintf(opts, "agent_key=%s%s", o->agent_key,
+		     o->agent_encrypt ? ",agent_encrypt" : "") < 0) {
+		free(*spec);
+		*spec = *opts = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/*
+ * Before the mount goes to the background: an agent that answers must take
+ * our key and serve the share's root (the flusher would not use it
+ * otherwise); one that does not answer now is tried again by the flusher.
+ */
+static int agent_check(struct fs *fs)
+{
+	struct stat ast, sst;
+	struct rmt *a = NULL;
+	char *spec, *opts;
+	int rc = agent_spec(fs->o, &spec, &opts);
+
+	if (rc || !spec)
+		return rc;
+	rc = rmt_open(spec, opts, &a);
+	if (rc) {
+		fprintf(stderr, "ferryfs: cannot use agent '%s': %s\n",
+			fs->o->agent, rc == -EACCES ? "it refused our key "
+			"(agent_key= must be the key ferry-agent was started "
+			"with)" : strerror(-rc));
+	} else if (!rmt_stat(a, "", &ast) && !rmt_stat(fs->rmt, "", &sst) &&
+		   ast.st_ino != sst.st_ino) {
+		fprintf(stderr, "ferryfs: agent '%s' serves another directory "
+			"than the share's root: give the share's directory "
+			"below the agent's --root as agent=HOST:PORT/PATH\n",
+			fs->o->agent);
+		rc = -EXDEV;
+	}
+	rmt_close(a);
+	free(spec);
+	free(opts);
+	return rc;
+}
+
 int fs_wb_open(struct fs *fs, bool check_only)
 {
 	const struct fs_opts *o = fs->o;
@@ -1787,7 +1840,7 @@ int fs_wb_open(struct fs *fs, bool check_only)
 			fs->resent_bytes = st.resent_bytes;
 		jnl_close(fs->jnl);
 		fs->jnl = NULL;
-		return 0;
+		return agent_check(fs);
 	}
 	return fs_itab_set_id(fs->itab, fs_itab_root(fs->itab), JNL_ROOT);
 }
@@ -1803,14 +1856,9 @@ int fs_wb_start(struct fs *fs)
 		.flags = o->verify ? JNL_FLUSH_VERIFY : 0,
 	};
 	struct jnl_stats st;
-	char *aspec = NULL, *aopts = NULL;
-	int rc = 0;
+	char *aspec, *aopts;
+	int rc = agent_spec(o, &aspec, &aopts);
 
-	if (o->agent && (asprintf(&aspec, "agent://%s", o->agent) < 0 ||
-			 asprintf(&aopts, "agent_key=%s%s", o->agent_key,
-				  o->agent_encrypt ? ",agent_encrypt" : "") <
-				 0))
-		rc = -ENOMEM;
 	cfg.agent_spec = aspec;
 	cfg.agent_opts = aopts;
 	if (!rc)
