@@ -927,6 +927,9 @@ static void send_put(struct stream *s)
 		n++;
 	}
 	s->next += n;
+	/* the read side first, then the gates: a batch holding the write
+	 * side may wait in gate() for what a writer of ours would hold */
+	ns_read_begin(f);
 	pthread_mutex_lock(&f->lock);
 	for (bool again = true; again && !f->stop;) {
 		again = false;
@@ -941,7 +944,6 @@ static void send_put(struct stream *s)
 	set_state(s, JNL_STREAM_FLUSHING);
 	pthread_mutex_unlock(&f->lock);
 
-	ns_read_begin(f);
 	pos = 0;
 	for (int i = 0; i < n; i++) {
 		char *path = s->pbuf + (size_t)i * PATH_MAX;
