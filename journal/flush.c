@@ -1470,20 +1470,52 @@ static void replay(struct stream *s, const struct jnl_op *op)
  * back 0 are acked; every other one (its replay_op() needed an answer, a
  * call failed, or the batch did) is replayed again alone, which is safe
  * since replays are idempotent, and gives each error its usual handling.
- * Size gates taken for the batch are held until it came back.
+ * Size gates taken for the batch are held until it came back. A batch
+ * holds either the write side of the rename epoch (UNLINK, RMDIR, RENAME:
+ * @ns) or size gates, never both: a writer waiting for the epoch in
+ * handle_get() holds a node gate() would wait for.
  */
+static void replay_batch_part(struct stream *s, struct jnl_op *ops, int n,
+			      bool ns);
+
 static void replay_batch(struct stream *s, struct jnl_op *ops, int n)
+{
+	struct jnl_op *moving = malloc((size_t)n * sizeof(*moving));
+	int m = 0, k = 0;
+
+	if (!moving) {
+		for (int i = 0; i < n; i++)
+			replay(s, &ops[i]);
+		return;
+	}
+	for (int i = 0; i < n; i++) {
+		if (moves_names(ops[i].type))
+			moving[m++] = ops[i];
+		else
+			ops[k++] = ops[i];
+	}
+	if (m == 1)
+		replay(s, &moving[0]);
+	else if (m)
+		replay_batch_part(s, moving, m, true);
+	if (k == 1)
+		replay(s, &ops[0]);
+	else if (k)
+		replay_batch_part(s, ops, k, false);
+	free(moving);
+}
+
+static void replay_batch_part(struct stream *s, struct jnl_op *ops, int n,
+			      bool ns)
 {
 	struct jnl_flusher *f = s->f;
 	int rc[OPQ_BATCH], grc[OPQ_BATCH], groups;
 	enum fault fault[OPQ_BATCH];
-	bool ns = false, redo[OPQ_BATCH];
+	bool redo[OPQ_BATCH];
 
 	pthread_mutex_lock(&f->lock);
 	set_state(s, JNL_STREAM_FLUSHING);
 	pthread_mutex_unlock(&f->lock);
-	for (int i = 0; i < n; i++)
-		ns |= moves_names(ops[i].type);
 	if (ns)
 		ns_enter(f);
 	groups = rmt_batch_begin(s->r);
