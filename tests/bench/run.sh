@@ -314,7 +314,10 @@ row() { # ID DIR(push|pull) LABEL
 	ROW_DIR[$1]=$2
 	ROW_LABEL[$1]=$3
 }
-res() { VALS["$1|$2"]+="$3 "; }
+res() {
+	VALS["$1|$2"]+="$3 "
+	say "$1 $2: $3 s"
+}
 fail() {
 	FAILS["$1|$2"]+="run $RUN: $3; "
 	say "FAIL $1 $2 run $RUN: $3"
@@ -835,7 +838,9 @@ report() {
 	echo "- machine: $(machine); NAS directories on $(df -P "$NAS_EXPORT_DIR" | awk 'NR == 2 { print $1 }')"
 	line="- workloads:"
 	for w in "${WLS[@]}"; do
-		line+=" ${WL_LABEL[$w]}$([[ $w == tree ]] && echo " of 1-16 KiB in 100 dirs") (${WL_BYTES[$w]} B),"
+		line+=" ${WL_LABEL[$w]}"
+		[[ $w != tree ]] || line+=" of 1-16 KiB in 100 dirs"
+		line+=" (${WL_BYTES[$w]} B),"
 	done
 	echo "${line%,}; sources on tmpfs, random bytes"
 	echo "- method: $RUNS run(s), median; sync + drop_caches before every measurement; every write checked by SHA-256 on the NAS side, every read locally; whole run ${T_TOTAL} s; load average at start $LOAD_START, at end $LOAD_END (other work on the machine shows up in the figures)"
