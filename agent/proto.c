@@ -25,11 +25,12 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent.h"
 
-#define HANDSHAKE_MS 10000
+#define HANDSHAKE_MS 10000 /* the whole handshake, each side */
 
 /* --- byte buffers ---------------------------------------------------------- */
 
@@ -511,18 +512,31 @@ static int ctr(const struct agent_conn *c, char dir, uint64_t seq,
 
 /* --- I/O ------------------------------------------------------------------- */
 
-/* Read exactly n bytes; @ms > 0 bounds the wait for each part. */
-static int read_full(int fd, void *buf, size_t n, int ms)
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Read exactly n bytes; @deadline > 0 (mono_ms()) bounds the whole read,
+ * however slowly the peer trickles the bytes in. */
+static int read_full(int fd, void *buf, size_t n, int64_t deadline)
 {
 	uint8_t *p = buf;
 
 	while (n) {
 		ssize_t k;
 
-		if (ms > 0) {
+		if (deadline > 0) {
 			struct pollfd pfd = { .fd = fd, .events = POLLIN };
-			int pr = poll(&pfd, 1, ms);
+			int64_t left = deadline - mono_ms();
+			int pr;
 
+			if (left <= 0)
+				return -ETIMEDOUT;
+			pr = poll(&pfd, 1, (int)left);
 			if (pr < 0 && errno == EINTR)
 				continue;
 			if (pr < 0)
@@ -624,6 +638,7 @@ int agent_handshake_client(int fd, const struct agent_key *k, bool encrypt,
 			   struct agent_conn *c)
 {
 	uint8_t hello[HELLO_LEN], ans[HELLO_A_LEN], mac[32];
+	int64_t deadline;
 	const uint8_t *p;
 	uint16_t type;
 	size_t len;
@@ -631,6 +646,7 @@ int agent_handshake_client(int fd, const struct agent_key *k, bool encrypt,
 	int rc;
 
 	conn_init(c, fd, false);
+	deadline = mono_ms() + HANDSHAKE_MS;
 	memcpy(hello, AGENT_MAGIC, 8);
 	le32(hello + 8, AGENT_VERSION);
 	le32(hello + 12, encrypt ? 1 : 0);
@@ -638,7 +654,7 @@ int agent_handshake_client(int fd, const struct agent_key *k, bool encrypt,
 		return -ENOMEM;
 	rc = write_full(fd, hello, sizeof(hello));
 	if (!rc)
-		rc = read_full(fd, ans, sizeof(ans), HANDSHAKE_MS);
+		rc = read_full(fd, ans, sizeof(ans), deadline);
 	if (rc)
 		return rc;
 	if (memcmp(ans, AGENT_MAGIC, 8) || rd32(ans + 8) != AGENT_VERSION)
@@ -675,11 +691,13 @@ int agent_handshake_agent(int fd, const struct agent_key *k, bool encrypt,
 {
 	uint8_t hello[HELLO_LEN], ans[HELLO_A_LEN], mac[32], want[32];
 	uint8_t ok[12] = { 0 };
+	int64_t deadline;
 	uint32_t flags;
 	int rc;
 
 	conn_init(c, fd, true);
-	rc = read_full(fd, hello, sizeof(hello), HANDSHAKE_MS);
+	deadline = mono_ms() + HANDSHAKE_MS;
+	rc = read_full(fd, hello, sizeof(hello), deadline);
 	if (rc)
 		return rc;
 	if (memcmp(hello, AGENT_MAGIC, 8) || rd32(hello + 8) != AGENT_VERSION ||
@@ -695,7 +713,7 @@ int agent_handshake_agent(int fd, const struct agent_key *k, bool encrypt,
 	if (!rc)
 		rc = write_full(fd, ans, sizeof(ans));
 	if (!rc)
-		rc = read_full(fd, mac, sizeof(mac), HANDSHAKE_MS);
+		rc = read_full(fd, mac, sizeof(mac), deadline);
 	if (rc)
 		return rc;
 	rc = proof(k, 'C', hello + 16, ans + 16, flags, want);
