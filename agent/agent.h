@@ -149,7 +149,8 @@ struct agent_req {
 /*
  * Parse the payload of a request of @type (not BATCH, REPLY or DATA) into
  * @q. Paths are checked: relative, no "." or ".." component, no empty one,
- * shorter than PATH_MAX ("" = the root where a path may be the root).
+ * shorter than PATH_MAX ("" = the root where a path may be the root;
+ * SETATTR by handle takes "").
  * Returns 0, or -EPROTO (malformed: the connection ends), -EINVAL (a path
  * that is not clean: answered with an error).
  */

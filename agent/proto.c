@@ -372,6 +372,8 @@ int agent_req_parse(uint16_t type, const uint8_t *p, size_t len,
 	}
 	if (r.bad || r.off != r.len)
 		return -EPROTO;
+	if (type == AGENT_T_SETATTR && q->hid && q->path[0])
+		return -EINVAL; /* by handle: no path */
 	if (path && (!path_clean(q->path) || (!root_ok && !q->path[0])))
 		return -EINVAL;
 	if (path2 && (!path_clean(q->path2) || !q->path2[0]))

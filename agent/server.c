@@ -158,7 +158,7 @@ static int do_open(struct conn *k, const struct agent_req *q)
 	int flags = (int)q->flags & (O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC);
 	struct handle *free_h = NULL;
 	struct stat st;
-	int fd;
+	int fd, rc;
 
 	if (handle_find(k, q->hid))
 		return -EEXIST;
@@ -172,9 +172,10 @@ static int do_open(struct conn *k, const struct agent_req *q)
 			  q->mode & 07777);
 	if (fd < 0)
 		return fd;
-	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-		int rc = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
-
+	rc = sys_rc(fstat(fd, &st));
+	if (!rc && !S_ISREG(st.st_mode))
+		rc = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+	if (rc) {
 		close(fd);
 		return rc;
 	}
@@ -595,6 +596,7 @@ static void serve(struct conn *k)
 			return;
 		}
 		k->out.len = 0;
+		k->out.bad = false; /* a failed allocation fails one reply */
 		if (type == AGENT_T_BATCH) {
 			rc = do_batch(k, p, len);
 		} else if (type == AGENT_T_PUT) {
@@ -604,7 +606,7 @@ static void serve(struct conn *k)
 			rc = agent_req_parse(type, p, len, &k->q);
 			if (!rc)
 				rc = do_put(k, &k->q, &want, &fatal);
-			if (fatal) {
+			if (fatal && rc != -EPROTO) {
 				LOG("%s: closing: %s", k->peer, strerror(-rc));
 				return;
 			}
