@@ -525,8 +525,30 @@ static int do_req(struct conn *k, const struct agent_req *q)
 	return -EPROTO;
 }
 
-/* BATCH: each request in turn; after a failure, the rest of its group is
- * skipped (-ECANCELED). Statuses only. */
+/* Is the BATCH well-formed, every request in it too? (0 or -EPROTO) */
+static int batch_check(struct conn *k, const uint8_t *p, size_t len)
+{
+	struct agent_batch_rd b;
+	uint16_t type, group;
+	const uint8_t *rq;
+	size_t rlen;
+	int rc;
+
+	rc = agent_batch_open(&b, p, len);
+	while (!rc && (rc = agent_batch_next(&b, &type, &group, &rq,
+					     &rlen)) == 1) {
+		rc = agent_req_parse(type, rq, rlen, &k->q);
+		if (rc == -EPROTO || (type == AGENT_T_PUT &&
+				      !k->q.inline_data))
+			return -EPROTO;
+		rc = 0;
+	}
+	return rc;
+}
+
+/* BATCH: checked whole first (a malformed one does nothing), then each
+ * request in turn; after a failure, the rest of its group is skipped
+ * (-ECANCELED). Statuses only. */
 static int do_batch(struct conn *k, const uint8_t *p, size_t len)
 {
 	struct agent_batch_rd b;
@@ -538,13 +560,12 @@ static int do_batch(struct conn *k, const uint8_t *p, size_t len)
 	uint32_t n = 0;
 	int rc;
 
-	rc = agent_batch_open(&b, p, len);
+	rc = batch_check(k, p, len);
+	if (!rc)
+		rc = agent_batch_open(&b, p, len);
 	while (!rc && (rc = agent_batch_next(&b, &type, &group, &rq,
 					     &rlen)) == 1) {
 		rc = agent_req_parse(type, rq, rlen, &k->q);
-		if (rc == -EPROTO || (type == AGENT_T_PUT &&
-				      !k->q.inline_data))
-			return -EPROTO;
 		if (failed && group == failed_group) {
 			rc = -ECANCELED;
 		} else if (!rc && type == AGENT_T_PUT) {
