@@ -1498,8 +1498,9 @@ static void test_agent__server_bad_frame_closes(void **state)
 	client_close(fx);
 	/* not the protocol */
 	fx->fd = tcp_to(fx->port);
-	write_n(fx->fd, "GET / HTTP/1.0\r\n\r\n0123456789012345678901234567",
-		48);
+	memset(frame, 'x', 48);
+	memcpy(frame, "GET / HTTP/1.0\r\n\r\n", 18);
+	write_n(fx->fd, frame, 48);
 	n = (size_t)read(fx->fd, frame, sizeof(frame));
 	assert_int_equal(n, 0); /* closed, nothing said */
 	close(fx->fd);
