@@ -589,6 +589,9 @@ static int write_full(int fd, const void *p, size_t n)
 	return write_iov(fd, &iov, 1);
 }
 
+static int recv_frame(struct agent_conn *c, uint16_t *type,
+		      const uint8_t **p, size_t *len, int64_t deadline);
+
 /* --- the handshake ----------------------------------------------------------- */
 
 #define HELLO_LEN (8 + 4 + 4 + AGENT_NONCE)
@@ -678,7 +681,7 @@ int agent_handshake_client(int fd, const struct agent_key *k, bool encrypt,
 		return rc;
 	c->encrypt = flags & 1;
 	/* the agent's first frame says it took our proof */
-	rc = agent_recv(c, &type, &p, &len);
+	rc = recv_frame(c, &type, &p, &len, deadline);
 	if (rc == -ECONNRESET)
 		rc = -EACCES; /* it closed: it did not take our proof */
 	if (!rc && (type != AGENT_T_REPLY || len != 12))
@@ -805,16 +808,16 @@ int agent_send(struct agent_conn *c, uint16_t type, const void *p1,
 	return rc;
 }
 
-int agent_recv(struct agent_conn *c, uint16_t *type, const uint8_t **p,
-	       size_t *len)
-{
-	uint8_t hdr[AGENT_HDR], tag[32], want[32];
+/* agent_recv() with a deadline (mono_ms(); 0: none) */
+static int recv_frame(struct agent_conn *c, uint16_t *type,
+		      const uint8_t **p, size_t *len, int64_t deadline)
+{	uint8_t hdr[AGENT_HDR], tag[32], want[32];
 	struct agent_rd r = { .p = hdr, .len = sizeof(hdr) };
 	uint32_t n;
 	uint64_t seq;
 	int rc;
 
-	rc = read_full(c->fd, hdr, sizeof(hdr), 0);
+	rc = read_full(c->fd, hdr, sizeof(hdr), deadline);
 	if (rc)
 		return rc;
 	n = agent_get_u32(&r);
@@ -831,9 +834,9 @@ int agent_recv(struct agent_conn *c, uint16_t *type, const uint8_t **p,
 		c->rbuf = b;
 		c->rcap = n;
 	}
-	rc = read_full(c->fd, c->rbuf, n, 0);
+	rc = read_full(c->fd, c->rbuf, n, deadline);
 	if (!rc)
-		rc = read_full(c->fd, tag, sizeof(tag), 0);
+		rc = read_full(c->fd, tag, sizeof(tag), deadline);
 	if (rc)
 		return rc;
 	agent_frame_tag(c->kmac, c->agent ? 'C' : 'A', hdr, c->rbuf, n, want);
@@ -848,4 +851,10 @@ int agent_recv(struct agent_conn *c, uint16_t *type, const uint8_t **p,
 	*p = c->rbuf;
 	*len = n;
 	return 0;
+}
+
+int agent_recv(struct agent_conn *c, uint16_t *type, const uint8_t **p,
+	       size_t *len)
+{
+	return recv_frame(c, type, p, len, 0);
 }
