@@ -21,7 +21,7 @@
  * Everything here is pure (no I/O) except agent_key_load(), the
  * handshake and agent_send()/agent_recv(), which read and write an fd.
  * Parsers never trust a length: a malformed input gives -EPROTO, never
- * a read past the buffer (tests/unit/fuzz_agent.c fuzzes them).
+ * a read past the buffer (tests/fuzz/fuzz_agent.c fuzzes them).
  */
 #ifndef FERRYFS_AGENT_H
 #define FERRYFS_AGENT_H

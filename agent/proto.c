@@ -3,7 +3,7 @@
  * encoding, request parsing, keys, the handshake and framing.
  *
  * Callers: remote/agent.c (the client side), agent/server.c (the agent),
- * tests/unit/test_agent.c and the fuzzer tests/unit/fuzz_agent.c.
+ * tests/unit/test_agent.c and the fuzzer tests/fuzz/fuzz_agent.c.
  *
  * INVARIANTS
  *  1. No byte of a received frame is acted on before its tag checked out
