@@ -40,9 +40,11 @@ void agent_buf_release(struct agent_buf *b)
 	memset(b, 0, sizeof(*b));
 }
 
+/* Room for @n more bytes: where they go, or NULL when @n is 0 (nothing
+ * to write; an empty buffer has no p to point into) or out of memory. */
 static uint8_t *buf_grow(struct agent_buf *b, size_t n)
 {
-	if (b->bad)
+	if (b->bad || !n)
 		return NULL;
 	if (b->len + n > b->cap) {
 		size_t cap = b->cap ? b->cap : 256;
@@ -178,6 +180,8 @@ const void *agent_get_bytes(struct agent_rd *r, size_t n)
 		r->bad = true;
 		return NULL;
 	}
+	if (!r->p)
+		return ""; /* no bytes (n is 0): not NULL + 0 */
 	p = r->p + r->off;
 	r->off += n;
 	return p;

@@ -1012,6 +1012,32 @@ static void test_agent__batch_walk(void **state)
 	agent_buf_release(&r);
 }
 
+/* --- byte buffers and readers --------------------------------------------------- */
+
+/* nothing put in an empty buffer: no pointer arithmetic on its NULL p
+ * (UBSan; found by fuzz_agent on a PREAD of 0 bytes as a first reply) */
+static void test_agent__buf_put_nothing(void **state)
+{
+	struct agent_buf b = { 0 };
+	struct agent_rd r = { 0 };
+
+	(void)state;
+	agent_put_bytes(&b, "", 0);
+	agent_put_bytes(&b, NULL, 0);
+	assert_true(agent_buf_ok(&b));
+	assert_int_equal(b.len, 0);
+	agent_put_str(&b, "");
+	assert_int_equal(b.len, 2);
+	agent_put_bytes(&b, NULL, 0);
+	assert_int_equal(b.len, 2);
+	agent_buf_release(&b);
+	assert_null(agent_get_bytes(&r, 1));
+	assert_true(r.bad);
+	r = (struct agent_rd){ 0 };
+	assert_non_null(agent_get_bytes(&r, 0));
+	assert_false(r.bad);
+}
+
 /* --- the stat and statfs readers ------------------------------------------- */
 
 static void test_agent__stat_readers(void **state)
@@ -1620,6 +1646,7 @@ int main(void)
 		cmocka_unit_test(test_agent__parse_every_type),
 		cmocka_unit_test(test_agent__parse_bad_values),
 		cmocka_unit_test(test_agent__batch_walk),
+		cmocka_unit_test(test_agent__buf_put_nothing),
 		cmocka_unit_test(test_agent__stat_readers),
 		cmocka_unit_test_setup_teardown(
 			test_agent__server_dotdot_and_absolute, srv_setup,
