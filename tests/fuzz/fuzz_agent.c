@@ -115,8 +115,10 @@ static void check_outside(void)
 	if (lstat(tmp, &st) || !same(&st, &st_tmp) || lstat(outside, &st) ||
 	    !same(&st, &st_out) || lstat(victim, &st) ||
 	    !same(&st, &st_victim)) {
-		fprintf(stderr, "fuzz_agent: BUG: something outside the root "
-				"changed ('%s')\n", tmp);
+		fprintf(stderr,
+			"fuzz_agent: BUG: something outside the root "
+			"changed ('%s')\n",
+			tmp);
 		abort();
 	}
 }
@@ -139,7 +141,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	struct agent_server_config cfg = { 0 };
 	const char *dir = access("/dev/shm", W_OK) ? getenv("TMPDIR") :
-						      "/dev/shm";
+						     "/dev/shm";
 	int fd;
 
 	(void)argc, (void)argv;

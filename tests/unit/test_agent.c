@@ -44,12 +44,10 @@
 
 #include "test_util.h"
 
-static const struct agent_key key_a = {
-	.k = "0123456789abcdef-the-test-key-a", .len = 31
-};
-static const struct agent_key key_b = {
-	.k = "0123456789abcdef-the-test-key-b", .len = 31
-};
+static const struct agent_key key_a = { .k = "0123456789abcdef-the-test-key-a",
+					.len = 31 };
+static const struct agent_key key_b = { .k = "0123456789abcdef-the-test-key-b",
+					.len = 31 };
 static bool enc_off = false, enc_on = true;
 
 /* --- raw I/O ---------------------------------------------------------------- */
@@ -114,10 +112,9 @@ static void *hs_main(void *arg)
 {
 	struct hs *h = arg;
 
-	h->rc = h->agent ? agent_handshake_agent(h->fd, h->k, h->encrypt,
-						 &h->c) :
-			   agent_handshake_client(h->fd, h->k, h->encrypt,
-						  &h->c);
+	h->rc = h->agent ?
+			agent_handshake_agent(h->fd, h->k, h->encrypt, &h->c) :
+			agent_handshake_client(h->fd, h->k, h->encrypt, &h->c);
 	if (h->rc)
 		shutdown(h->fd, SHUT_WR); /* as its caller's close would */
 	return NULL;
@@ -126,13 +123,14 @@ static void *hs_main(void *arg)
 static void hs_start(struct hs *h, pthread_t *t, int fd,
 		     const struct agent_key *k, bool encrypt, bool agent)
 {
-	*h = (struct hs){ .fd = fd, .k = k, .encrypt = encrypt,
-			  .agent = agent, .rc = 1 };
+	*h = (struct hs){
+		.fd = fd, .k = k, .encrypt = encrypt, .agent = agent, .rc = 1
+	};
 	assert_int_equal(pthread_create(t, NULL, hs_main, h), 0);
 }
 
 struct sess {
-	int cfd, wire;  /* client's socket and the test's end of it */
+	int cfd, wire; /* client's socket and the test's end of it */
 	int tap_a, tap; /* agent's socket and the test's end of it */
 	struct agent_conn cli, agt;
 };
@@ -195,8 +193,8 @@ static void round_trip(struct sess *s, size_t big)
 	memcpy(msg, MARK_C, sizeof(MARK_C));
 	for (size_t i = sizeof(MARK_C); i < big; i++)
 		msg[i] = (uint8_t)(i * 7);
-	assert_rc_ok(agent_send(&s->cli, AGENT_T_STAT, msg, 10, msg + 10,
-				big - 10));
+	assert_rc_ok(
+		agent_send(&s->cli, AGENT_T_STAT, msg, 10, msg + 10, big - 10));
 	n = capture(s->wire, frame, sizeof(frame));
 	assert_int_equal(n, AGENT_HDR + big + AGENT_MAC);
 	assert_true(has(frame, n, MARK_C) == !s->cli.encrypt);
@@ -206,8 +204,8 @@ static void round_trip(struct sess *s, size_t big)
 	assert_int_equal(len, big);
 	assert_memory_equal(p, msg, big);
 
-	assert_rc_ok(agent_send(&s->agt, AGENT_T_REPLY, MARK_A,
-				sizeof(MARK_A), NULL, 0));
+	assert_rc_ok(agent_send(&s->agt, AGENT_T_REPLY, MARK_A, sizeof(MARK_A),
+				NULL, 0));
 	n = capture(s->tap, frame, sizeof(frame));
 	assert_true(has(frame, n, MARK_A) == !s->cli.encrypt);
 	inject(s->wire, frame, n);
@@ -339,8 +337,7 @@ static void test_agent__handshake_wrong_key(void **state)
 	assert_rc_err(rc_a, EACCES);
 	assert_rc_err(rc_c, EACCES);
 	/* an agent proof that is wrong */
-	relay_handshake(&key_a, &key_a, false, 1, 16 + 32 + 3, 7, &rc_c,
-			&rc_a);
+	relay_handshake(&key_a, &key_a, false, 1, 16 + 32 + 3, 7, &rc_c, &rc_a);
 	assert_rc_err(rc_c, EACCES);
 	/* another nonce in the hello than the one the client sent */
 	relay_handshake(&key_a, &key_a, false, 0, 20, 1, &rc_c, &rc_a);
@@ -376,7 +373,7 @@ static void test_agent__frame_tampered(void **state)
 {
 	bool enc = *(bool *)*state;
 	/* a payload byte, the header's type, flags, seq; the tag */
-	static const size_t at[] = { AGENT_HDR + 3, 4, 6, 8, 15,
+	static const size_t at[] = { AGENT_HDR + 3,	 4, 6, 8, 15,
 				     AGENT_HDR + 20 + 31 };
 	uint8_t frame[256], bad[256];
 	const uint8_t *p;
@@ -416,8 +413,8 @@ static void test_agent__frame_replayed(void **state)
 	struct sess s, s2;
 
 	sess_open(&s, enc, false);
-	assert_rc_ok(agent_send(&s.cli, AGENT_T_RMDIR, "\x01\x00x", 3, NULL,
-				0));
+	assert_rc_ok(
+		agent_send(&s.cli, AGENT_T_RMDIR, "\x01\x00x", 3, NULL, 0));
 	n = capture(s.wire, f0, sizeof(f0));
 	inject(s.tap, f0, n);
 	assert_rc_ok(agent_recv(&s.agt, &type, &p, &len));
@@ -441,10 +438,8 @@ static void test_agent__frame_reordered(void **state)
 	struct sess s;
 
 	sess_open(&s, enc, false);
-	assert_rc_ok(agent_send(&s.cli, AGENT_T_STAT, "\x01\x00a", 3, NULL,
-				0));
-	assert_rc_ok(agent_send(&s.cli, AGENT_T_STAT, "\x01\x00b", 3, NULL,
-				0));
+	assert_rc_ok(agent_send(&s.cli, AGENT_T_STAT, "\x01\x00a", 3, NULL, 0));
+	assert_rc_ok(agent_send(&s.cli, AGENT_T_STAT, "\x01\x00b", 3, NULL, 0));
 	n0 = capture(s.wire, f0, sizeof(f0));
 	n1 = capture(s.wire, f1, sizeof(f1));
 	inject(s.tap, f1, n1);
@@ -489,8 +484,8 @@ static void test_agent__frame_reflected(void **state)
 	sess_close(&s);
 	sess_open(&s, enc, false);
 	for (int i = 0; i < 2; i++) {
-		assert_rc_ok(agent_send(&s.cli, AGENT_T_STATFS, NULL, 0, NULL,
-					0));
+		assert_rc_ok(
+			agent_send(&s.cli, AGENT_T_STATFS, NULL, 0, NULL, 0));
 		n = capture(s.wire, f, sizeof(f));
 		inject(s.tap, f, n);
 		assert_rc_ok(agent_recv(&s.agt, &type, &p, &len));
@@ -521,7 +516,8 @@ static void test_agent__frame_too_long(void **state)
 	inject(s.tap, hdr, sizeof(hdr));
 	assert_rc_err(agent_recv(&s.agt, &type, &p, &len), EPROTO);
 	assert_rc_err(agent_send(&s.cli, AGENT_T_PUT, NULL,
-				 AGENT_PAYLOAD_MAX + 1, NULL, 0), EMSGSIZE);
+				 AGENT_PAYLOAD_MAX + 1, NULL, 0),
+		      EMSGSIZE);
 	sess_close(&s);
 }
 
@@ -567,8 +563,7 @@ static int tmp_teardown(void **state)
 	return 0;
 }
 
-static void key_file(const char *path, const char *data, size_t n,
-		     mode_t mode)
+static void key_file(const char *path, const char *data, size_t n, mode_t mode)
 {
 	int fd;
 
@@ -714,8 +709,8 @@ static void build(struct agent_buf *b, uint16_t type, const char *path,
 static bool takes_path(uint16_t t)
 {
 	return t != AGENT_T_STATFS && t != AGENT_T_CLOSE &&
-	       t != AGENT_T_FSTAT && t != AGENT_T_FSYNC &&
-	       t != AGENT_T_PREAD && t != AGENT_T_PUT;
+	       t != AGENT_T_FSTAT && t != AGENT_T_FSYNC && t != AGENT_T_PREAD &&
+	       t != AGENT_T_PUT;
 }
 
 static bool takes_path2(uint16_t t)
@@ -723,11 +718,12 @@ static bool takes_path2(uint16_t t)
 	return t == AGENT_T_LINK || t == AGENT_T_RENAME;
 }
 
-static const char *const unclean[] = {
-	"..", "../x", "a/../b", "a/..", "/abs", "/", "a//b", ".", "./a",
-	"a/.", "a/./b", "a/", "//", "a/...//b",
-	NULL, /* a component of NAME_MAX + 1 bytes, made by long_name() */
-};
+static const char
+	*const unclean[] = {
+		"..",	"../x",	    "a/../b", "a/..", "/abs",  "/",
+		"a//b", ".",	    "./a",    "a/.",  "a/./b", "a/",
+		"//",	"a/...//b", NULL, /* a component of NAME_MAX + 1 bytes, made by long_name() */
+	};
 
 static const char *long_name(void)
 {
@@ -758,13 +754,14 @@ static void test_agent__parse_every_type(void **state)
 		for (size_t n = 0; n < b.len; n++)
 			if (agent_req_parse(t, b.p, n, q) != -EPROTO)
 				fail_msg("type %u cut to %zu of %zu: not "
-					 "-EPROTO", t, n, b.len);
+					 "-EPROTO",
+					 t, n, b.len);
 		agent_put_u16(&b, 0);
 		assert_rc_err(agent_req_parse(t, b.p, b.len - 1, q), EPROTO);
 		assert_rc_err(agent_req_parse(t, b.p, b.len, q), EPROTO);
 		/* unclean paths */
-		for (size_t i = 0; takes_path(t) &&
-				   i < sizeof(unclean) / sizeof(*unclean);
+		for (size_t i = 0;
+		     takes_path(t) && i < sizeof(unclean) / sizeof(*unclean);
 		     i++) {
 			const char *u = unclean[i] ? unclean[i] : long_name();
 
@@ -933,7 +930,10 @@ static void test_agent__batch_walk(void **state)
 	assert_int_equal(rl, 0);
 	assert_int_equal(agent_batch_next(&br, &type, &group, &rq, &rl), 1);
 	assert_int_equal(group, 1);
-	assert_memory_equal(rq, "\x03\x00" "d/f", 5);
+	assert_memory_equal(rq,
+			    "\x03\x00"
+			    "d/f",
+			    5);
 	assert_int_equal(agent_batch_next(&br, &type, &group, &rq, &rl), 0);
 	full = b.len;
 
@@ -955,16 +955,16 @@ static void test_agent__batch_walk(void **state)
 	agent_put_u16(&b, 0);
 	assert_rc_ok(agent_batch_open(&br, b.p, b.len));
 	for (int i = 0; i < 3; i++)
-		assert_int_equal(agent_batch_next(&br, &type, &group, &rq,
-						  &rl), 1);
+		assert_int_equal(agent_batch_next(&br, &type, &group, &rq, &rl),
+				 1);
 	assert_rc_err(agent_batch_next(&br, &type, &group, &rq, &rl), EPROTO);
 	/* a count that claims more than there is */
 	b.len = full;
 	b.p[0] = 4;
 	assert_rc_ok(agent_batch_open(&br, b.p, b.len));
 	for (int i = 0; i < 3; i++)
-		assert_int_equal(agent_batch_next(&br, &type, &group, &rq,
-						  &rl), 1);
+		assert_int_equal(agent_batch_next(&br, &type, &group, &rq, &rl),
+				 1);
 	assert_rc_err(agent_batch_next(&br, &type, &group, &rq, &rl), EPROTO);
 	/* an entry length past the end */
 	b.p[0] = 3;
@@ -984,8 +984,8 @@ static void test_agent__batch_walk(void **state)
 		batch_add(&b, AGENT_T_STATFS, 0, &r);
 	assert_rc_ok(agent_batch_open(&br, b.p, b.len));
 	for (int i = 0; i < AGENT_BATCH_MAX; i++)
-		assert_int_equal(agent_batch_next(&br, &type, &group, &rq,
-						  &rl), 1);
+		assert_int_equal(agent_batch_next(&br, &type, &group, &rq, &rl),
+				 1);
 	assert_int_equal(agent_batch_next(&br, &type, &group, &rq, &rl), 0);
 	b.p[0] = (uint8_t)(AGENT_BATCH_MAX + 1);
 	b.p[1] = (uint8_t)((AGENT_BATCH_MAX + 1) >> 8);
@@ -1089,7 +1089,7 @@ static void test_agent__stat_readers(void **state)
 /* --- a real server ------------------------------------------------------------ */
 
 struct fx {
-	char tmp[PATH_MAX];      /* mkdtemp(); removed by teardown */
+	char tmp[PATH_MAX]; /* mkdtemp(); removed by teardown */
 	char root[PATH_MAX + 8]; /* <tmp>/root, served */
 	char outside[PATH_MAX + 8];
 	char secret[PATH_MAX + 16];
@@ -1274,8 +1274,8 @@ static int req(struct fx *fx, uint16_t type, const char *path,
 	return call(fx, type, NULL);
 }
 
-static int setattr(struct fx *fx, const char *path, uint32_t set,
-		   uint32_t mode, uint64_t size)
+static int setattr(struct fx *fx, const char *path, uint32_t set, uint32_t mode,
+		   uint64_t size)
 {
 	struct agent_buf *b = &fx->b;
 
@@ -1323,16 +1323,16 @@ static void test_agent__server_dotdot_and_absolute(void **state)
 
 	client_open(fx, false);
 	assert_rc_ok(req(fx, AGENT_T_STAT, "f", NULL));
-	assert_rc_err(req(fx, AGENT_T_STAT, "../outside/secret", NULL),
-		      EINVAL);
+	assert_rc_err(req(fx, AGENT_T_STAT, "../outside/secret", NULL), EINVAL);
 	assert_rc_err(req(fx, AGENT_T_STAT, fx->secret, NULL), EINVAL);
 	assert_rc_err(open_(fx, 1, "../outside/secret", O_RDWR | O_TRUNC),
 		      EINVAL);
 	assert_rc_err(open_(fx, 1, fx->secret, O_RDWR | O_TRUNC), EINVAL);
-	assert_rc_err(setattr(fx, "../outside/secret", AGENT_SET_MODE, 0777,
-			      0), EINVAL);
-	assert_rc_err(setattr(fx, "f/../../outside/secret",
-			      AGENT_SET_SIZE, 0, 0), EINVAL);
+	assert_rc_err(setattr(fx, "../outside/secret", AGENT_SET_MODE, 0777, 0),
+		      EINVAL);
+	assert_rc_err(setattr(fx, "f/../../outside/secret", AGENT_SET_SIZE, 0,
+			      0),
+		      EINVAL);
 	assert_rc_err(req(fx, AGENT_T_UNLINK, "../outside/secret", NULL),
 		      EINVAL);
 	assert_rc_err(req(fx, AGENT_T_RENAME, "../outside/secret", "got"),
@@ -1359,21 +1359,27 @@ static void test_agent__server_symlink_intermediate(void **state)
 		assert_rc_err(open_(fx, 1, in, O_RDWR | O_TRUNC), ELOOP);
 		assert_rc_err(open_(fx, 1, in, O_RDONLY), ELOOP);
 		assert_rc_err(open_(fx, 1, i ? "rel/new" : "link/new",
-				    O_RDWR | O_CREAT), ELOOP);
+				    O_RDWR | O_CREAT),
+			      ELOOP);
 		assert_rc_err(setattr(fx, in, AGENT_SET_MODE, 0777, 0), ELOOP);
 		assert_rc_err(setattr(fx, in, AGENT_SET_SIZE, 0, 0), ELOOP);
-		assert_rc_err(setattr(fx, in, AGENT_SET_UID | AGENT_SET_GID |
-						      AGENT_SET_MTIME, 0, 0),
+		assert_rc_err(setattr(fx, in,
+				      AGENT_SET_UID | AGENT_SET_GID |
+					      AGENT_SET_MTIME,
+				      0, 0),
 			      ELOOP);
 		assert_rc_err(req(fx, AGENT_T_UNLINK, in, NULL), ELOOP);
 		assert_rc_err(req(fx, AGENT_T_RENAME, in, "got"), ELOOP);
 		assert_rc_err(req(fx, AGENT_T_RENAME, "f", in), ELOOP);
 		assert_rc_err(req(fx, AGENT_T_MKDIR, i ? "rel/d" : "link/d",
-				  NULL), ELOOP);
+				  NULL),
+			      ELOOP);
 		assert_rc_err(req(fx, AGENT_T_MKNOD, i ? "rel/p" : "link/p",
-				  NULL), ELOOP);
+				  NULL),
+			      ELOOP);
 		assert_rc_err(req(fx, AGENT_T_SYMLINK, i ? "rel/s" : "link/s",
-				  "/"), ELOOP);
+				  "/"),
+			      ELOOP);
 		assert_outside_sane(fx);
 	}
 	/* a symlink made through the agent is not followed either */
@@ -1400,12 +1406,12 @@ static void test_agent__server_symlink_last(void **state)
 	/* SETATTR: chmod, truncate never reach the target */
 	assert_rc_err(setattr(fx, "flink", AGENT_SET_MODE, 0777, 0),
 		      EOPNOTSUPP);
-	assert_rc_err(setattr(fx, "link", AGENT_SET_MODE, 0777, 0),
-		      EOPNOTSUPP);
+	assert_rc_err(setattr(fx, "link", AGENT_SET_MODE, 0777, 0), EOPNOTSUPP);
 	assert_rc_err(setattr(fx, "flink", AGENT_SET_SIZE, 0, 0), ELOOP);
 	/* owner and times act on the link itself */
-	assert_rc_ok(setattr(fx, "flink", AGENT_SET_UID | AGENT_SET_GID |
-						  AGENT_SET_MTIME, 0, 0));
+	assert_rc_ok(setattr(fx, "flink",
+			     AGENT_SET_UID | AGENT_SET_GID | AGENT_SET_MTIME, 0,
+			     0));
 	assert_true(S_ISLNK(lmode(fx, "flink")));
 	assert_outside_sane(fx);
 	/* stat and readlink see the link */
@@ -1456,9 +1462,13 @@ static void assert_closed(struct fx *fx)
 static void test_agent__server_malformed_frame(void **state)
 {
 	struct fx *fx = *state;
-	static const uint16_t types[] = { AGENT_T_STAT, AGENT_T_PUT,
-					  AGENT_T_BATCH, AGENT_T_REPLY,
-					  AGENT_T_DATA, 0, 99 };
+	static const uint16_t types[] = { AGENT_T_STAT,
+					  AGENT_T_PUT,
+					  AGENT_T_BATCH,
+					  AGENT_T_REPLY,
+					  AGENT_T_DATA,
+					  0,
+					  99 };
 
 	for (size_t i = 0; i < sizeof(types) / sizeof(*types); i++) {
 		client_open(fx, i & 1);
@@ -1507,8 +1517,8 @@ static void test_agent__server_bad_frame_closes(void **state)
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
 	fx->c.fd = sv[0];
 	build(&fx->b, AGENT_T_STAT, "f", NULL);
-	assert_rc_ok(agent_send(&fx->c, AGENT_T_STAT, fx->b.p, fx->b.len,
-				NULL, 0));
+	assert_rc_ok(
+		agent_send(&fx->c, AGENT_T_STAT, fx->b.p, fx->b.len, NULL, 0));
 	n = capture(sv[1], frame, sizeof(frame));
 	frame[n - 1] ^= 1;
 	write_n(fx->fd, frame, n);
@@ -1654,9 +1664,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(
 			test_agent__server_symlink_intermediate, srv_setup,
 			srv_teardown),
-		cmocka_unit_test_setup_teardown(
-			test_agent__server_symlink_last, srv_setup,
-			srv_teardown),
+		cmocka_unit_test_setup_teardown(test_agent__server_symlink_last,
+						srv_setup, srv_teardown),
 		cmocka_unit_test_setup_teardown(
 			test_agent__server_hardlink_outside, srv_setup,
 			srv_teardown),
@@ -1666,9 +1675,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(
 			test_agent__server_bad_frame_closes, srv_setup,
 			srv_teardown),
-		cmocka_unit_test_setup_teardown(
-			test_agent__server_put_and_batch, srv_setup,
-			srv_teardown),
+		cmocka_unit_test_setup_teardown(test_agent__server_put_and_batch,
+						srv_setup, srv_teardown),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
