@@ -1403,6 +1403,17 @@ static void test_agent__server_symlink_last(void **state)
 	assert_rc_err(open_(fx, 1, "flink", O_WRONLY | O_CREAT | O_TRUNC),
 		      ELOOP);
 	assert_rc_err(open_(fx, 1, "link", O_RDONLY), ELOOP);
+	/* a dangling link to a name outside: O_CREAT does not create it */
+	{
+		char p[PATH_MAX * 2], to[PATH_MAX * 2];
+
+		snprintf(p, sizeof(p), "%s/dl", fx->root);
+		snprintf(to, sizeof(to), "%s/new", fx->outside);
+		assert_int_equal(symlink(to, p), 0);
+		assert_rc_err(open_(fx, 1, "dl", O_WRONLY | O_CREAT), ELOOP);
+		assert_rc_err(req(fx, AGENT_T_MKDIR, "dl", NULL), EEXIST);
+		assert_int_equal(access(to, F_OK), -1);
+	}
 	/* SETATTR: chmod, truncate never reach the target */
 	assert_rc_err(setattr(fx, "flink", AGENT_SET_MODE, 0777, 0),
 		      EOPNOTSUPP);
