@@ -12,9 +12,12 @@
  *         harness sends as the client:
  *           0 type:u8 len:u16 bytes    a frame with a correct tag
  *           1 len:u16 bytes            raw bytes on the wire
- *           2 hid:u8 off:u16 len:u16 inline:u8 bytes
+ *           2 hid:u8 off:u16 len:u16 how:u8 bytes
  *                                      a PUT with the SHA-256 of the bytes
- *                                      (then its DATA frame if not inline)
+ *                                      (how: 1 inline, 2 a wrong SHA-256,
+ *                                      4 no DATA); not inline, the DATA
+ *                                      frame follows when the agent
+ *                                      answered want = 1
  *         so that the fuzzer gets past the tag check to the request code;
  *   2     raw bytes to the server's side of the handshake;
  *   3     raw bytes as the agent's answer to the client's handshake.
@@ -223,19 +226,62 @@ static void *serve_main(void *arg)
 	return NULL;
 }
 
+/* The client's side of a session: the drain thread reads the replies and
+ * tells the last one (a PUT waits for its "want"). */
+struct sess {
+	struct agent_conn c;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool any, ended; /* protected by lock, as below */
+	uint64_t seen; /* seq of the last request answered */
+	int32_t status;
+	uint32_t want;
+	bool raw; /* raw bytes sent: the stream may be out of step */
+};
+
 static void *drain_main(void *arg)
 {
-	struct agent_conn *c = arg;
+	struct sess *s = arg;
 	const uint8_t *p;
 	uint16_t type;
 	size_t len;
 	uint8_t buf[4096];
 
-	while (!agent_recv(c, &type, &p, &len))
-		;
-	while (read(c->fd, buf, sizeof(buf)) > 0)
+	while (!agent_recv(&s->c, &type, &p, &len)) {
+		struct agent_rd r = { .p = p, .len = len };
+		uint64_t seq = agent_get_u64(&r);
+		int32_t st = (int32_t)agent_get_u32(&r);
+		uint32_t want = agent_get_u32(&r);
+
+		pthread_mutex_lock(&s->lock);
+		s->any = true;
+		s->seen = seq;
+		s->status = st;
+		s->want = want;
+		pthread_cond_broadcast(&s->cond);
+		pthread_mutex_unlock(&s->lock);
+	}
+	pthread_mutex_lock(&s->lock);
+	s->ended = true;
+	pthread_cond_broadcast(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+	while (read(s->c.fd, buf, sizeof(buf)) > 0)
 		;
 	return NULL;
+}
+
+/* Did the agent answer the request @seq with want = 1? false also when
+ * the connection ended. */
+static bool wanted(struct sess *s, uint64_t seq)
+{
+	bool w;
+
+	pthread_mutex_lock(&s->lock);
+	while (!s->ended && !(s->any && s->seen >= seq))
+		pthread_cond_wait(&s->cond, &s->lock);
+	w = !s->ended && s->seen == seq && !s->status && s->want == 1;
+	pthread_mutex_unlock(&s->lock);
+	return w;
 }
 
 struct in {
@@ -263,18 +309,25 @@ static const uint8_t *take(struct in *in, size_t *len)
 	return p;
 }
 
-static bool put(struct agent_conn *c, struct in *in)
+/* PUT: how bit 0 inline, bit 1 a wrong SHA-256, bit 2 no DATA after a
+ * want (the next op's frame comes instead) */
+static bool put(struct sess *s, struct in *in)
 {
+	struct agent_conn *c = &s->c;
 	uint8_t sha[32];
 	uint32_t hid = get(in, 1), off = get(in, 2);
 	size_t len = get(in, 2);
-	bool inl = get(in, 1) & 1;
+	unsigned int how = get(in, 1);
+	bool inl = how & 1;
 	const uint8_t *data = take(in, &len);
 	struct agent_buf b = { 0 };
+	uint64_t seq = c->seq_out;
 	bool ok;
 
 	if (!EVP_Digest(data, len, sha, NULL, EVP_sha256(), NULL))
 		abort();
+	if (how & 2)
+		sha[0] ^= 1;
 	agent_put_u32(&b, hid);
 	agent_put_u64(&b, off);
 	agent_put_u32(&b, (uint32_t)len);
@@ -284,7 +337,8 @@ static bool put(struct agent_conn *c, struct in *in)
 		abort();
 	ok = !agent_send(c, AGENT_T_PUT, b.p, b.len, inl ? data : NULL,
 			 inl ? len : 0);
-	if (ok && !inl)
+	/* after raw bytes the agent may never answer this PUT: no wait */
+	if (ok && !inl && !(how & 4) && (s->raw || wanted(s, seq)))
 		ok = !agent_send(c, AGENT_T_DATA, data, len, NULL, 0);
 	agent_buf_release(&b);
 	return ok;
@@ -292,7 +346,8 @@ static bool put(struct agent_conn *c, struct in *in)
 
 static void session(struct in *in, bool encrypt)
 {
-	struct agent_conn c;
+	static struct sess s0;
+	struct sess *s = &s0;
 	pthread_t ts, td;
 	int sv[2];
 	bool ok = true;
@@ -301,11 +356,14 @@ static void session(struct in *in, bool encrypt)
 		die("socketpair");
 	if (pthread_create(&ts, NULL, serve_main, &sv[1]))
 		die("pthread_create");
-	if (agent_handshake_client(sv[0], &key, encrypt, &c)) {
+	memset(s, 0, sizeof(*s));
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->cond, NULL);
+	if (agent_handshake_client(sv[0], &key, encrypt, &s->c)) {
 		fprintf(stderr, "fuzz_agent: BUG: handshake failed\n");
 		abort();
 	}
-	if (pthread_create(&td, NULL, drain_main, &c))
+	if (pthread_create(&td, NULL, drain_main, s))
 		die("pthread_create");
 	while (ok && in->n) {
 		unsigned int op = get(in, 1) % 3, type;
@@ -317,21 +375,25 @@ static void session(struct in *in, bool encrypt)
 			type = get(in, 1);
 			len = get(in, 2);
 			p = take(in, &len);
-			ok = !agent_send(&c, (uint16_t)type, p, len, NULL, 0);
+			ok = !agent_send(&s->c, (uint16_t)type, p, len, NULL,
+					 0);
 			break;
 		case 1:
 			len = get(in, 2);
 			p = take(in, &len);
 			ok = send(sv[0], p, len, MSG_NOSIGNAL) == (ssize_t)len;
+			s->raw = true;
 			break;
 		default:
-			ok = put(&c, in);
+			ok = put(s, in);
 		}
 	}
 	shutdown(sv[0], SHUT_WR);
 	pthread_join(ts, NULL); /* the server closed sv[1] */
 	pthread_join(td, NULL);
-	agent_conn_release(&c);
+	agent_conn_release(&s->c);
+	pthread_cond_destroy(&s->cond);
+	pthread_mutex_destroy(&s->lock);
 	close(sv[0]);
 }
 

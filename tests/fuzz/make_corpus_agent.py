@@ -27,9 +27,9 @@ def raw(b):
     return b'\1' + u16(len(b)) + b
 
 
-def put(hid, off, data, inline):
+def put(hid, off, data, how):
     return (b'\2' + bytes([hid]) + u16(off) + u16(len(data)) +
-            bytes([inline]) + data)
+            bytes([how]) + data)
 
 
 def setattr(hid, path, set_, mode=0o644, size=0):
@@ -94,6 +94,12 @@ seeds = {
         (CLOSE, 2, u32(4)),
         (STATFS, 3, b''),
     ]))),
+    'put_bad': session(True,
+                       frame(OPEN, opn(5, 'p', O_RDWR | O_CREAT)),
+                       put(5, 0, b'wrong sha, pulled' * 4, 2),
+                       put(5, 0, b'wrong sha, inline', 3),
+                       put(5, 9, b'no DATA after want' * 4, 4),
+                       frame(FSTAT, u32(5))),
     'malformed': session(False, frame(STAT, u16(100) + b'abc'),
                          frame(STAT, s(''))),
     'data_unasked': session(True, frame(DATA, b'xyz')),
