@@ -36,8 +36,16 @@ mkdir -p "$out/corpus"
 	"$src/tests/fuzz/fuzz_agent.c" "$src/agent/proto.c" \
 	"$src/agent/server.c" -lcrypto -lpthread -o "$out/fuzz_agent"
 
+# the served root and its neighbours: on tmpfs when there is one (the
+# agent fdatasync()s every chunk), removed even after a crash
+shm=/tmp
+[[ -d /dev/shm && -w /dev/shm ]] && shm=/dev/shm
+work=$(mktemp -d "$shm/fuzz_agent.XXXXXX")
+trap 'chmod -R u+rwx "$work" 2>/dev/null || true; rm -rf "$work" || true' EXIT
+export FUZZ_AGENT_TMP=$work
+
 # -close_fd_mask=2: the server logs every connection it ends on stderr;
 # libFuzzer and the sanitizers still report there
-exec "$out/fuzz_agent" -max_total_time="$secs" -timeout=60 \
+"$out/fuzz_agent" -max_total_time="$secs" -timeout=60 \
 	-rss_limit_mb=4096 -max_len=8192 -close_fd_mask=2 -print_final_stats=1 \
 	-artifact_prefix="$out/" "$@" "$out/corpus" "$src/tests/fuzz/corpus_agent"

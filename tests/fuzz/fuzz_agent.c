@@ -22,8 +22,8 @@
  *   2     raw bytes to the server's side of the handshake;
  *   3     raw bytes as the agent's answer to the client's handshake.
  *
- * The server's root is a temp dir (under /dev/shm when there is one), wiped
- * now and then. Next to it, <tmp>/outside/victim: after every input the
+ * The server's root is a temp dir (in $FUZZ_AGENT_TMP, else /dev/shm when
+ * there is one), wiped now and then. Next to it, <tmp>/outside/victim: after every input the
  * harness checks that neither it, its directory nor <tmp> changed, and
  * aborts if so (an escape from the root is a crash).
  */
@@ -143,13 +143,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	struct agent_server_config cfg = { 0 };
-	const char *dir = access("/dev/shm", W_OK) ? getenv("TMPDIR") :
-						     "/dev/shm";
+	const char *dir = getenv("FUZZ_AGENT_TMP");
 	int fd;
 
 	(void)argc, (void)argv;
 	signal(SIGPIPE, SIG_IGN);
-	snprintf(tmp, sizeof(tmp), "%s/fuzz_agent.XXXXXX", dir ? dir : "/tmp");
+	if (!dir)
+		dir = access("/dev/shm", W_OK) ? "/tmp" : "/dev/shm";
+	snprintf(tmp, sizeof(tmp), "%s/fuzz_agent.XXXXXX", dir);
 	if (!mkdtemp(tmp))
 		die("mkdtemp");
 	snprintf(root, sizeof(root), "%s/root", tmp);
