@@ -21,7 +21,7 @@
  * Everything here is pure (no I/O) except agent_key_load(), the
  * handshake and agent_send()/agent_recv(), which read and write an fd.
  * Parsers never trust a length: a malformed input gives -EPROTO, never
- * a read past the buffer (tests/unit/fuzz_agent.c fuzzes them).
+ * a read past the buffer (tests/fuzz/fuzz_agent.c fuzzes them).
  */
 #ifndef FERRYFS_AGENT_H
 #define FERRYFS_AGENT_H
@@ -152,7 +152,8 @@ struct agent_req {
 /*
  * Parse the payload of a request of @type (not BATCH, REPLY or DATA) into
  * @q. Paths are checked: relative, no "." or ".." component, no empty one,
- * shorter than PATH_MAX ("" = the root where a path may be the root).
+ * shorter than PATH_MAX ("" = the root where a path may be the root;
+ * SETATTR by handle takes "").
  * Returns 0, or -EPROTO (malformed: the connection ends), -EINVAL (a path
  * that is not clean: answered with an error).
  */

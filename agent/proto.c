@@ -3,7 +3,7 @@
  * encoding, request parsing, keys, the handshake and framing.
  *
  * Callers: remote/agent.c (the client side), agent/server.c (the agent),
- * tests/unit/test_agent.c and the fuzzer tests/unit/fuzz_agent.c.
+ * tests/unit/test_agent.c and the fuzzer tests/fuzz/fuzz_agent.c.
  *
  * INVARIANTS
  *  1. No byte of a received frame is acted on before its tag checked out
@@ -25,11 +25,12 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent.h"
 
-#define HANDSHAKE_MS 10000
+#define HANDSHAKE_MS 10000 /* the whole handshake, each side */
 
 /* --- byte buffers ---------------------------------------------------------- */
 
@@ -39,9 +40,11 @@ void agent_buf_release(struct agent_buf *b)
 	memset(b, 0, sizeof(*b));
 }
 
+/* Room for @n more bytes: where they go, or NULL when @n is 0 (nothing
+ * to write; an empty buffer has no p to point into) or out of memory. */
 static uint8_t *buf_grow(struct agent_buf *b, size_t n)
 {
-	if (b->bad)
+	if (b->bad || !n)
 		return NULL;
 	if (b->len + n > b->cap) {
 		size_t cap = b->cap ? b->cap : 256;
@@ -176,6 +179,11 @@ const void *agent_get_bytes(struct agent_rd *r, size_t n)
 	if (r->bad || r->len - r->off < n) {
 		r->bad = true;
 		return NULL;
+	}
+	if (!r->p) {
+		static const uint8_t none[AGENT_MAC]; /* also a SHA-256's size */
+
+		return none; /* no bytes (n is 0): not NULL + 0 */
 	}
 	p = r->p + r->off;
 	r->off += n;
@@ -375,6 +383,8 @@ int agent_req_parse(uint16_t type, const uint8_t *p, size_t len,
 	}
 	if (r.bad || r.off != r.len)
 		return -EPROTO;
+	if (type == AGENT_T_SETATTR && q->hid && q->path[0])
+		return -EINVAL; /* by handle: no path */
 	if (path && (!path_clean(q->path) || (!root_ok && !q->path[0])))
 		return -EINVAL;
 	if (path2 && (!path_clean(q->path2) || !q->path2[0]))
@@ -515,18 +525,31 @@ static int ctr(const struct agent_conn *c, char dir, uint64_t seq,
 
 /* --- I/O ------------------------------------------------------------------- */
 
-/* Read exactly n bytes; @ms > 0 bounds the wait for each part. */
-static int read_full(int fd, void *buf, size_t n, int ms)
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Read exactly n bytes; @deadline > 0 (mono_ms()) bounds the whole read,
+ * however slowly the peer trickles the bytes in. */
+static int read_full(int fd, void *buf, size_t n, int64_t deadline)
 {
 	uint8_t *p = buf;
 
 	while (n) {
 		ssize_t k;
 
-		if (ms > 0) {
+		if (deadline > 0) {
 			struct pollfd pfd = { .fd = fd, .events = POLLIN };
-			int pr = poll(&pfd, 1, ms);
+			int64_t left = deadline - mono_ms();
+			int pr;
 
+			if (left <= 0)
+				return -ETIMEDOUT;
+			pr = poll(&pfd, 1, (int)left);
 			if (pr < 0 && errno == EINTR)
 				continue;
 			if (pr < 0)
@@ -576,6 +599,9 @@ static int write_full(int fd, const void *p, size_t n)
 
 	return write_iov(fd, &iov, 1);
 }
+
+static int recv_frame(struct agent_conn *c, uint16_t *type,
+		      const uint8_t **p, size_t *len, int64_t deadline);
 
 /* --- the handshake ----------------------------------------------------------- */
 
@@ -628,6 +654,7 @@ int agent_handshake_client(int fd, const struct agent_key *k, bool encrypt,
 			   struct agent_conn *c)
 {
 	uint8_t hello[HELLO_LEN], ans[HELLO_A_LEN], mac[32];
+	int64_t deadline;
 	const uint8_t *p;
 	uint16_t type;
 	size_t len;
@@ -635,6 +662,7 @@ int agent_handshake_client(int fd, const struct agent_key *k, bool encrypt,
 	int rc;
 
 	conn_init(c, fd, false);
+	deadline = mono_ms() + HANDSHAKE_MS;
 	memcpy(hello, AGENT_MAGIC, 8);
 	le32(hello + 8, AGENT_VERSION);
 	le32(hello + 12, encrypt ? 1 : 0);
@@ -642,7 +670,7 @@ int agent_handshake_client(int fd, const struct agent_key *k, bool encrypt,
 		return -ENOMEM;
 	rc = write_full(fd, hello, sizeof(hello));
 	if (!rc)
-		rc = read_full(fd, ans, sizeof(ans), HANDSHAKE_MS);
+		rc = read_full(fd, ans, sizeof(ans), deadline);
 	if (rc)
 		return rc;
 	if (memcmp(ans, AGENT_MAGIC, 8) || rd32(ans + 8) != AGENT_VERSION)
@@ -664,7 +692,7 @@ int agent_handshake_client(int fd, const struct agent_key *k, bool encrypt,
 		return rc;
 	c->encrypt = flags & 1;
 	/* the agent's first frame says it took our proof */
-	rc = agent_recv(c, &type, &p, &len);
+	rc = recv_frame(c, &type, &p, &len, deadline);
 	if (rc == -ECONNRESET)
 		rc = -EACCES; /* it closed: it did not take our proof */
 	if (!rc && (type != AGENT_T_REPLY || len != 12))
@@ -679,11 +707,13 @@ int agent_handshake_agent(int fd, const struct agent_key *k, bool encrypt,
 {
 	uint8_t hello[HELLO_LEN], ans[HELLO_A_LEN], mac[32], want[32];
 	uint8_t ok[12] = { 0 };
+	int64_t deadline;
 	uint32_t flags;
 	int rc;
 
 	conn_init(c, fd, true);
-	rc = read_full(fd, hello, sizeof(hello), HANDSHAKE_MS);
+	deadline = mono_ms() + HANDSHAKE_MS;
+	rc = read_full(fd, hello, sizeof(hello), deadline);
 	if (rc)
 		return rc;
 	if (memcmp(hello, AGENT_MAGIC, 8) || rd32(hello + 8) != AGENT_VERSION ||
@@ -699,7 +729,7 @@ int agent_handshake_agent(int fd, const struct agent_key *k, bool encrypt,
 	if (!rc)
 		rc = write_full(fd, ans, sizeof(ans));
 	if (!rc) {
-		rc = read_full(fd, mac, sizeof(mac), HANDSHAKE_MS);
+		rc = read_full(fd, mac, sizeof(mac), deadline);
 		/* a client closes here when our proof is not made with its
 		 * key (agent_handshake_client()): the keys differ */
 		if (rc == -ECONNRESET)
@@ -794,16 +824,16 @@ int agent_send(struct agent_conn *c, uint16_t type, const void *p1,
 	return rc;
 }
 
-int agent_recv(struct agent_conn *c, uint16_t *type, const uint8_t **p,
-	       size_t *len)
-{
-	uint8_t hdr[AGENT_HDR], tag[32], want[32];
+/* agent_recv() with a deadline (mono_ms(); 0: none) */
+static int recv_frame(struct agent_conn *c, uint16_t *type,
+		      const uint8_t **p, size_t *len, int64_t deadline)
+{	uint8_t hdr[AGENT_HDR], tag[32], want[32];
 	struct agent_rd r = { .p = hdr, .len = sizeof(hdr) };
 	uint32_t n;
 	uint64_t seq;
 	int rc;
 
-	rc = read_full(c->fd, hdr, sizeof(hdr), 0);
+	rc = read_full(c->fd, hdr, sizeof(hdr), deadline);
 	if (rc)
 		return rc;
 	n = agent_get_u32(&r);
@@ -820,9 +850,9 @@ int agent_recv(struct agent_conn *c, uint16_t *type, const uint8_t **p,
 		c->rbuf = b;
 		c->rcap = n;
 	}
-	rc = read_full(c->fd, c->rbuf, n, 0);
+	rc = read_full(c->fd, c->rbuf, n, deadline);
 	if (!rc)
-		rc = read_full(c->fd, tag, sizeof(tag), 0);
+		rc = read_full(c->fd, tag, sizeof(tag), deadline);
 	if (rc)
 		return rc;
 	agent_frame_tag(c->kmac, c->agent ? 'C' : 'A', hdr, c->rbuf, n, want);
@@ -837,4 +867,10 @@ int agent_recv(struct agent_conn *c, uint16_t *type, const uint8_t **p,
 	*p = c->rbuf;
 	*len = n;
 	return 0;
+}
+
+int agent_recv(struct agent_conn *c, uint16_t *type, const uint8_t **p,
+	       size_t *len)
+{
+	return recv_frame(c, type, p, len, 0);
 }

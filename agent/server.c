@@ -36,7 +36,6 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +64,7 @@ struct handle {
 
 struct conn {
 	struct agent_server *srv;
+	struct conn *next, *prev; /* in srv->conns, protected by srv->lock */
 	int fd;
 	char peer[64];
 	struct agent_conn c;
@@ -78,11 +78,14 @@ struct conn {
 
 struct agent_server {
 	int root;
-	int lfd;
+	int lfd;                /* -1: none (agent_server_serve_fd() only) */
 	bool encrypt;
 	struct agent_key key;
-	atomic_uint nconns;
 	unsigned int max_conns;
+	pthread_mutex_t lock;
+	pthread_cond_t gone;    /* signalled when a connection ends */
+	struct conn *conns;     /* protected by lock */
+	unsigned int nconns;    /* protected by lock */
 };
 
 /* --- paths ------------------------------------------------------------------- */
@@ -158,7 +161,7 @@ static int do_open(struct conn *k, const struct agent_req *q)
 	int flags = (int)q->flags & (O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC);
 	struct handle *free_h = NULL;
 	struct stat st = { 0 };
-	int fd;
+	int fd, rc;
 
 	if (handle_find(k, q->hid))
 		return -EEXIST;
@@ -172,9 +175,10 @@ static int do_open(struct conn *k, const struct agent_req *q)
 			  q->mode & 07777);
 	if (fd < 0)
 		return fd;
-	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-		int rc = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
-
+	rc = sys_rc(fstat(fd, &st));
+	if (!rc && !S_ISREG(st.st_mode))
+		rc = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+	if (rc) {
 		close(fd);
 		return rc;
 	}
@@ -590,8 +594,31 @@ static int do_req(struct conn *k, const struct agent_req *q)
 	return -EPROTO;
 }
 
-/* BATCH: each request in turn; after a failure, the rest of its group is
- * skipped (-ECANCELED). Statuses only. */
+/* Is the BATCH well-formed, every request in it too? (0 or -EPROTO) */
+static int batch_check(struct conn *k, const uint8_t *p, size_t len)
+{
+	struct agent_batch_rd b;
+	uint16_t type, group;
+	const uint8_t *rq;
+	size_t rlen;
+	int rc;
+
+	rc = agent_batch_open(&b, p, len);
+	while (!rc && (rc = agent_batch_next(&b, &type, &group, &rq,
+					     &rlen)) == 1) {
+		rc = agent_req_parse(type, rq, rlen, &k->q);
+		if (rc == -EPROTO || ((type == AGENT_T_PUT ||
+				       type == AGENT_T_PUTP) &&
+				      !k->q.inline_data))
+			return -EPROTO;
+		rc = 0;
+	}
+	return rc;
+}
+
+/* BATCH: checked whole first (a malformed one does nothing), then each
+ * request in turn; after a failure, the rest of its group is skipped
+ * (-ECANCELED). Statuses only. */
 static int do_batch(struct conn *k, const uint8_t *p, size_t len)
 {
 	struct agent_batch_rd b;
@@ -604,17 +631,13 @@ static int do_batch(struct conn *k, const uint8_t *p, size_t len)
 	uint32_t n = 0;
 	int rc;
 
-	rc = agent_batch_open(&b, p, len);
+	rc = batch_check(k, p, len);
+	if (!rc)
+		rc = agent_batch_open(&b, p, len);
 	while (!rc && (rc = agent_batch_next(&b, &type, &group, &rq,
 					     &rlen)) == 1) {
 		rc = agent_req_parse(type, rq, rlen, &k->q);
 		sync_fd[n] = -1;
-		if (rc == -EPROTO || ((type == AGENT_T_PUT ||
-				       type == AGENT_T_PUTP) &&
-				      !k->q.inline_data)) {
-			rc = -EPROTO;
-			break;
-		}
 		if (failed && group == failed_group) {
 			rc = -ECANCELED;
 		} else if (!rc && (type == AGENT_T_PUT ||
@@ -678,6 +701,7 @@ static void serve(struct conn *k)
 			return;
 		}
 		k->out.len = 0;
+		k->out.bad = false; /* a failed allocation fails one reply */
 		if (type == AGENT_T_BATCH) {
 			rc = do_batch(k, p, len);
 		} else if (type == AGENT_T_PUT || type == AGENT_T_PUTP) {
@@ -687,7 +711,7 @@ static void serve(struct conn *k)
 			rc = agent_req_parse(type, p, len, &k->q);
 			if (!rc)
 				rc = do_put(k, &k->q, &want, &fatal, NULL);
-			if (fatal) {
+			if (fatal && rc != -EPROTO) {
 				LOG("%s: closing: %s", k->peer, strerror(-rc));
 				return;
 			}
@@ -710,6 +734,55 @@ static void serve(struct conn *k)
 	}
 }
 
+/* A connection on @fd (owned from here on), counted and listed; NULL if
+ * max_conns are served already or out of memory (@fd is closed). */
+static struct conn *conn_new(struct agent_server *s, int fd,
+			     const char *peer)
+{
+	struct conn *k = NULL;
+
+	pthread_mutex_lock(&s->lock);
+	if (s->nconns < s->max_conns)
+		k = calloc(1, sizeof(*k));
+	if (k) {
+		k->srv = s;
+		k->fd = fd;
+		snprintf(k->peer, sizeof(k->peer), "%s", peer);
+		k->next = s->conns;
+		if (s->conns)
+			s->conns->prev = k;
+		s->conns = k;
+		s->nconns++;
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (!k)
+		close(fd);
+	return k;
+}
+
+/* Free @k, unlist it and close its fd. */
+static void conn_end(struct conn *k)
+{
+	struct agent_server *s = k->srv;
+
+	handles_close(k);
+	agent_conn_release(&k->c);
+	agent_buf_release(&k->out);
+	free(k->buf);
+	pthread_mutex_lock(&s->lock);
+	if (k->prev)
+		k->prev->next = k->next;
+	else
+		s->conns = k->next;
+	if (k->next)
+		k->next->prev = k->prev;
+	close(k->fd); /* under the lock: agent_server_free() shuts it down */
+	s->nconns--;
+	pthread_cond_broadcast(&s->gone);
+	pthread_mutex_unlock(&s->lock);
+	free(k); /* s may be gone from here on */
+}
+
 static void *conn_main(void *arg)
 {
 	struct conn *k = arg;
@@ -718,14 +791,18 @@ static void *conn_main(void *arg)
 	LOG("%s: done: %llu bytes written, %llu bytes already there, %llu "
 	    "chunks", k->peer, (unsigned long long)k->bytes_in,
 	    (unsigned long long)k->bytes_have, (unsigned long long)k->puts);
-	handles_close(k);
-	agent_conn_release(&k->c);
-	agent_buf_release(&k->out);
-	close(k->fd);
-	atomic_fetch_sub(&k->srv->nconns, 1);
-	free(k->buf);
-	free(k);
+	conn_end(k);
 	return NULL;
+}
+
+int agent_server_serve_fd(struct agent_server *s, int fd)
+{
+	struct conn *k = conn_new(s, fd, "fd");
+
+	if (!k)
+		return -EBUSY;
+	conn_main(k);
+	return 0;
 }
 
 int agent_server_new(const struct agent_server_config *cfg,
@@ -736,23 +813,28 @@ int agent_server_new(const struct agent_server_config *cfg,
 	struct addrinfo *ai = NULL;
 	struct agent_server *s;
 	char host[256], port[16];
-	const char *colon = strrchr(cfg->listen, ':');
+	const char *colon = cfg->listen ? strrchr(cfg->listen, ':') : NULL;
 	int one = 1, rc;
 
 	*out = NULL;
-	if (!colon || (size_t)(colon - cfg->listen) >= sizeof(host) ||
-	    strlen(colon + 1) >= sizeof(port) || !colon[1])
+	if (cfg->listen && (!colon ||
+			    (size_t)(colon - cfg->listen) >= sizeof(host) ||
+			    strlen(colon + 1) >= sizeof(port) || !colon[1]))
 		return -EINVAL;
-	memcpy(host, cfg->listen, (size_t)(colon - cfg->listen));
-	host[colon - cfg->listen] = 0;
-	strcpy(port, colon + 1);
-	if (host[0] == '[' && host[strlen(host) - 1] == ']') {
-		memmove(host, host + 1, strlen(host));
-		host[strlen(host) - 1] = 0;
+	if (cfg->listen) {
+		memcpy(host, cfg->listen, (size_t)(colon - cfg->listen));
+		host[colon - cfg->listen] = 0;
+		strcpy(port, colon + 1);
+		if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+			memmove(host, host + 1, strlen(host));
+			host[strlen(host) - 1] = 0;
+		}
 	}
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->gone, NULL);
 	s->lfd = -1;
 	s->root = -1;
 	s->encrypt = cfg->encrypt;
@@ -770,6 +852,10 @@ int agent_server_new(const struct agent_server_config *cfg,
 		rc = -errno;
 		LOG("cannot open root '%s': %s", cfg->root, strerror(-rc));
 		goto fail;
+	}
+	if (!cfg->listen) {
+		*out = s;
+		return 0;
 	}
 	rc = getaddrinfo(*host ? host : NULL, port, &hints, &ai);
 	if (rc) {
@@ -802,6 +888,7 @@ int agent_server_run(struct agent_server *s)
 		socklen_t salen = sizeof(sa);
 		int fd = accept4(s->lfd, (struct sockaddr *)&sa, &salen,
 				 SOCK_CLOEXEC), one = 1, sz = SOCK_BUF;
+		char peer[64];
 		pthread_attr_t at;
 		pthread_t t;
 		struct conn *k;
@@ -812,39 +899,56 @@ int agent_server_run(struct agent_server *s)
 				continue;
 			return -errno;
 		}
-		if (atomic_fetch_add(&s->nconns, 1) >= s->max_conns) {
-			atomic_fetch_sub(&s->nconns, 1);
-			close(fd);
-			continue;
-		}
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
-		k = calloc(1, sizeof(*k));
-		if (!k) {
-			atomic_fetch_sub(&s->nconns, 1);
-			close(fd);
+		if (getnameinfo((struct sockaddr *)&sa, salen, peer,
+				sizeof(peer), NULL, 0, NI_NUMERICHOST))
+			strcpy(peer, "?");
+		k = conn_new(s, fd, peer);
+		if (!k)
 			continue;
-		}
-		k->srv = s;
-		k->fd = fd;
-		if (getnameinfo((struct sockaddr *)&sa, salen, k->peer,
-				sizeof(k->peer), NULL, 0, NI_NUMERICHOST))
-			strcpy(k->peer, "?");
 		pthread_attr_init(&at);
 		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-		if (pthread_create(&t, &at, conn_main, k)) {
-			atomic_fetch_sub(&s->nconns, 1);
-			close(fd);
-			free(k);
-		}
+		if (pthread_create(&t, &at, conn_main, k))
+			conn_end(k);
 		pthread_attr_destroy(&at);
 	}
+}
+
+int agent_server_port(const struct agent_server *s)
+{
+	struct sockaddr_storage sa;
+	socklen_t salen = sizeof(sa);
+
+	if (s->lfd < 0)
+		return -EINVAL;
+	if (getsockname(s->lfd, (struct sockaddr *)&sa, &salen))
+		return -errno;
+	if (sa.ss_family == AF_INET)
+		return ntohs(((struct sockaddr_in *)&sa)->sin_port);
+	if (sa.ss_family == AF_INET6)
+		return ntohs(((struct sockaddr_in6 *)&sa)->sin6_port);
+	return -EAFNOSUPPORT;
+}
+
+void agent_server_stop(struct agent_server *s)
+{
+	if (s->lfd >= 0)
+		shutdown(s->lfd, SHUT_RDWR);
 }
 
 void agent_server_free(struct agent_server *s)
 {
 	if (!s)
 		return;
+	pthread_mutex_lock(&s->lock);
+	for (struct conn *k = s->conns; k; k = k->next)
+		shutdown(k->fd, SHUT_RDWR);
+	while (s->nconns)
+		pthread_cond_wait(&s->gone, &s->lock);
+	pthread_mutex_unlock(&s->lock);
+	pthread_cond_destroy(&s->gone);
+	pthread_mutex_destroy(&s->lock);
 	if (s->lfd >= 0)
 		close(s->lfd);
 	if (s->root >= 0)

@@ -502,7 +502,10 @@ static int a_setattr(struct rmt *r, const char *path, struct rmt_file *f,
 		return -ESTALE;
 	}
 	agent_put_u32(&a->req, af ? af->hid : 0);
-	put_path(a, af ? "" : path);
+	if (af)
+		agent_put_str(&a->req, ""); /* by handle: no path */
+	else
+		put_path(a, path);
 	agent_put_u32(&a->req, sa->set);
 	agent_put_u32(&a->req, sa->mode);
 	agent_put_u32(&a->req, sa->uid);

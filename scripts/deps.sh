@@ -20,6 +20,7 @@ PACKAGES=(
 	liblmdb-dev lmdb-utils
 	libcmocka-dev
 	libssl-dev
+	clang libclang-rt-14-dev
 	rsync attr sqlite3 util-linux mount xz-utils
 	libnfs-dev libnfs-utils iproute2
 	libsmbclient-dev

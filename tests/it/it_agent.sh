@@ -36,9 +36,10 @@
 # 3. a wrong key: the mount (-f) fails with "refused our key" on stderr,
 #    the agent logs "refused: wrong key", a raw client gets -EACCES; no
 #    agent listening: the mount works, streams say "via": "share", the
-#    data reaches the export; a mount of a directory of the export (the
-#    agent's root is the export) does not use the agent, says why, and
-#    its data lands in that directory, not at the export's root.
+#    data reaches the export; a mount of a directory of the export with
+#    the agent's root at the export fails and says why, and with
+#    agent=HOST:PORT/sub it flushes through the agent into that directory,
+#    not at the export's root.
 # 4. path escapes over the network against the real daemon (agent_probe,
 #    a raw client): "../x", "/etc/passwd", "a/../../x" and paths through
 #    symlinks planted in the export pointing outside get an error reply
@@ -527,23 +528,32 @@ else
 fi
 
 # a mount of a directory of the export, the agent's root the export: the
-# flushed paths are relative to the mount's root, so the agent must not
-# be used (it would put them at the export's root)
+# flushed paths are relative to the mount's root, so the agent must not be
+# used as it is (it would put them at the export's root): the mount fails
+# and says why; with agent=HOST:PORT/sub it flushes through the agent into
+# that directory
 MP5=$W/mnt.sub
 mkdir -m 0755 "$EXPORT/sub"
-if ! mount_fs sub "$NFS_URL/sub?version=3" -o "$(agent_opts "$W/key")"; then
-	bad "3: a mount of a directory of the export" "$(tail -n 5 "$W/ferryfs.sub.log")"
+if mount_fs sub "$NFS_URL/sub?version=3" -o "$(agent_opts "$W/key")"; then
+	bad "3: a mount of a directory of the export with the agent at the export's root is refused"
+	umount_fs sub
+else
+	ok "3: a mount of a directory of the export with the agent at the export's root is refused"
+	grep -q 'serves another directory' "$W/ferryfs.sub.log"
+	check "3: and says why" test $? = 0
+fi
+rmdir "$MP5"
+if ! mount_fs sub "$NFS_URL/sub?version=3" -o "agent=$IP_NAS:$PORT/sub,agent_key=$W/key"; then
+	bad "3: a mount of a directory of the export with agent=HOST:PORT/sub" "$(tail -n 5 "$W/ferryfs.sub.log")"
 else
 	mkdir "$MP5/subdir" && head -c $((6 << 20)) /dev/urandom >"$MP5/subdir/file" &&
 		echo small >"$MP5/subfile"
 	timeout 60 "$FERRYFS" flush "$MP5" --wait >/dev/null
-	check "3: a mount of a directory of the export flushes" test $? = 0
+	check "3: a mount of a directory of the export (agent=HOST:PORT/sub) flushes" test $? = 0
 	js=$(status_json sub)
 	vias=$(jget "$js" '" ".join(x["via"] for x in s["streams"])')
-	check "3: not through an agent serving the export's root ($vias)" \
-		test "$(jget "$js" 'all(x["via"] == "share" for x in s["streams"])')" = True
-	grep -q 'serves another directory' "$W/ferryfs.sub.log"
-	check "3: and says why" test $? = 0
+	check "3: through the agent ($vias)" \
+		test "$(jget "$js" 'all(x["via"] == "agent" for x in s["streams"])')" = True
 	check "3: the data is in that directory" compare "$MP5" "$EXPORT/sub"
 	check "3: nothing of it at the export's root" \
 		test ! -e "$EXPORT/subfile" -a ! -e "$EXPORT/subdir"
