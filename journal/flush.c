@@ -122,6 +122,7 @@
 #define RATE_SLOT_NS (250 * NS_PER_MS)
 #define OPEN_TRIES 16             /* handle_get() against renames */
 #define AGENT_RETRY_NS (3 * NS_PER_S) /* the agent again, after a loss */
+#define AGENT_RETRY_MAX_NS (60 * NS_PER_S)
 
 struct handle {
 	jnl_id id;           /* 0 = free */
@@ -152,6 +153,9 @@ struct stream {
 	struct rmt *r;                 /* share or agent: the one in use */
 	struct rmt *share, *agent;     /* agent NULL: none configured */
 	int64_t agent_retry_at;        /* CLOCK_MONOTONIC ns */
+	int64_t agent_wait_ns;         /* before the next try: doubles from
+					  AGENT_RETRY_NS to AGENT_RETRY_MAX_NS
+					  while the agent does not answer */
 	bool agent_elsewhere;          /* its root is not the share's: logged */
 	bool batching;                 /* in replay_batch(): ungate later */
 	unsigned char *buf, *vbuf;     /* chunk size each; vbuf if verifying */
@@ -474,9 +478,16 @@ static void agent_try(struct stream *s)
 	}
 	if (rc) {
 		LOG_DBG("flush stream %u: agent: %s", s->no, strerror(-rc));
-		s->agent_retry_at = now + AGENT_RETRY_NS;
+		/* a host that does not answer costs a connect timeout per
+		 * try: try less often while it stays away */
+		s->agent_wait_ns = s->agent_wait_ns ? s->agent_wait_ns * 2 :
+						      AGENT_RETRY_NS;
+		if (s->agent_wait_ns > AGENT_RETRY_MAX_NS)
+			s->agent_wait_ns = AGENT_RETRY_MAX_NS;
+		s->agent_retry_at = now_ns() + s->agent_wait_ns;
 		return;
 	}
+	s->agent_wait_ns = 0;
 	LOG_INFO("flush stream %u: flushing through the agent", s->no);
 	use_remote(s, s->agent);
 }

@@ -54,7 +54,7 @@
 #include "log.h"
 #include "remote_i.h"
 
-#define CONNECT_MS 5000
+#define CONNECT_MS 3000
 #define RETRY_NS (1000LL * 1000 * 1000)
 #define INLINE_MAX (256u << 10) /* PUTs up to this size carry their bytes */
 #define SOCK_BUF (4 << 20)
