@@ -624,6 +624,8 @@ static int conflict_check(struct stream *s, jnl_id id,
 		if (n.base != JNL_BASE_SET)
 			return 0;
 		rc = jnl_node_rpath(f->j, id, path, sizeof(path));
+		if (rc == -ENOENT)
+			return 0; /* nowhere on the remote: the caller sees */
 		if (rc) {
 			*fault = F_JOURNAL;
 			return rc;
