@@ -243,6 +243,26 @@ static int node_stat_fresh(struct fs *fs, jnl_id *id, struct jnl_node *nd,
 }
 
 /*
+ * The journal id of inode @n (0: none). An inode of a remote object whose
+ * node became a conflict copy (the flusher resolved a conflict; the share's
+ * version has another node now) lets go of that id: the copy has an inode
+ * of its own, found by its name (journal.h "Conflicts").
+ */
+static jnl_id inode_id(struct fs *fs, struct fs_inode *n)
+{
+	jnl_id id = fs_itab_id(fs->itab, n);
+	struct jnl_node nd;
+
+	if (id && id != JNL_ROOT && n->dev != FS_LOCAL_DEV &&
+	    jnl_node_get(fs->jnl, id, &nd) == 0 &&
+	    (nd.flags & JNL_NODE_CONFLICT) && !nd.base_ino) {
+		fs_itab_move_id(fs->itab, n->dev, n->ino, id, 0);
+		id = fs_itab_id(fs->itab, n);
+	}
+	return id;
+}
+
+/*
  * The journal id of @n, importing it (and its parents) first if the
  * journal does not know it yet (rule 1).
  */
@@ -254,7 +274,7 @@ static int ensure_id(struct fs *fs, struct fs_inode *n, jnl_id *out)
 	jnl_id pid, id;
 	int rc;
 
-	*out = fs_itab_id(fs->itab, n);
+	*out = inode_id(fs, n);
 	if (*out)
 		return 0;
 	rc = fs_itab_first_link(fs->itab, n, &parent, name);
@@ -324,8 +344,21 @@ static int find_in(struct fs *fs, jnl_id pid, struct fs_inode *parent,
 	if (pid) {
 		rc = jnl_lookup(fs->jnl, pid, name, &f->id, &whiteout);
 		if (rc == 0) {
+			jnl_id again;
+
 			f->journal = true;
-			return node_stat_fresh(fs, &f->id, &f->nd, &f->st);
+			rc = node_stat_fresh(fs, &f->id, &f->nd, &f->st);
+			/* another thread resolved a conflict on it meanwhile:
+			 * the name is the share's version's now */
+			if (rc == 0 && (f->nd.flags & JNL_NODE_CONFLICT) &&
+			    jnl_lookup(fs->jnl, pid, name, &again,
+				       &whiteout) == 0 &&
+			    again != f->id) {
+				f->id = again;
+				rc = node_stat_fresh(fs, &f->id, &f->nd,
+						     &f->st);
+			}
+			return rc;
 		}
 		if (rc != -ENOENT || whiteout)
 			return rc;
@@ -476,9 +509,9 @@ static void reply_entry_st(fuse_req_t req, struct fs_inode *parent,
 	struct fs_inode *n = NULL;
 	int rc = fs_itab_lookup(fs->itab, parent, name, st, 1, &n);
 
-	if (rc == 0 && id)
+	if (rc == 0 && id && inode_id(fs, n) != id)
 		rc = fs_itab_set_id(fs->itab, n, id);
-	else if (rc == 0 && (id = fs_itab_id(fs->itab, n)) != 0)
+	else if (rc == 0 && !id && (id = inode_id(fs, n)) != 0)
 		rc = node_stat(fs, id, NULL, &a); /* a known object */
 	if (rc < 0) {
 		if (n)
@@ -518,7 +551,7 @@ static void wb_getattr(fuse_req_t req, fuse_ino_t ino,
 {
 	struct fs *fs = fs_of(req);
 	struct fs_inode *n = inode_of(fs, ino);
-	jnl_id id = fs_itab_id(fs->itab, n);
+	jnl_id id = inode_id(fs, n);
 	struct stat st;
 	int rc;
 
@@ -926,7 +959,7 @@ static void wb_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_of(req);
 	struct fs_inode *n = inode_of(fs, ino);
-	jnl_id id = fs_itab_id(fs->itab, n);
+	jnl_id id = inode_id(fs, n);
 	bool writing = (fi->flags & O_ACCMODE) != O_RDONLY ||
 		       (fi->flags & O_TRUNC);
 	struct fs_handle *h;
