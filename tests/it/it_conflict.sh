@@ -20,7 +20,9 @@
 #   5. no false conflict: write, flush, rewrite, rewrite while the flusher
 #      sends it (throttled), partial writes, and a kill -9 of the daemon
 #      mid-flush then a new mount on the same journal: every file ends as
-#      written, no conflict counted, no copy made.
+#      written, no conflict counted, no copy made;
+#   6. conflict found by an open while the kernel caches names and
+#      attributes (so that the open is the only request).
 #
 # Exit 0 if every check passed, 1 if not, 77 without root or /dev/fuse.
 set -u
@@ -210,6 +212,7 @@ head -c 700000 /dev/urandom >"$S/c3.local"
 head -c 100000 /dev/urandom >"$S/c3.share"
 cp "$S/c3.base" "$R/c3"
 cat "$M/c3" >/dev/null
+exec 9<"$M/c3" # the kernel keeps the inode of the name: it must follow
 "$FERRYFS" pause "$M" >/dev/null
 cp "$S/c3.local" "$M/c3"
 cat "$S/c3.share" >"$R/c3"
@@ -225,6 +228,7 @@ is "c3: the local version at the conflict name (SHA-256)" \
 settle
 cmp -s "$S/c3.share" "$M/c3" && cmp -s "$S/c3.local" "$M/${c3copy:-none}" &&
 	ok "c3: both versions through the mount" || bad "c3: both versions through the mount" differ
+exec 9<&-
 is "status counts 3 conflicts" "$(json_field conflicts)" 3
 umount_it
 
@@ -288,10 +292,30 @@ done
 [ "$ok" = 1 ] && ok "after kill -9: every fsynced file on the share as written" ||
 	bad "after kill -9: every fsynced file on the share as written" "a SHA-256 differs"
 is "after kill -9: no new conflict" "$(json_field conflicts)" 3
+umount_it
+
+# --- 6. conflict found by an open (names and attributes cached) ----------
+mount_it -o entry_timeout=3600,attr_timeout=3600
+head -c 100000 /dev/urandom >"$S/c4.local"
+head -c 120000 /dev/urandom >"$S/c4.share"
+echo base >"$R/c4"
+stat "$M/c4" >/dev/null
+"$FERRYFS" pause "$M" >/dev/null
+cp "$S/c4.local" "$M/c4"
+cat "$S/c4.share" >"$R/c4"
+# the kernel asks nothing but the open: no lookup, no getattr
+cmp -s "$S/c4.share" "$M/c4" && ok "c4: an open finds the conflict, the share's version at the name" ||
+	bad "c4: an open finds the conflict, the share's version at the name" "differs"
+"$FERRYFS" resume "$M" >/dev/null
+"$FERRYFS" flush "$M" --wait >/dev/null
+c4copy=$(copies c4)
+is "c4: the local version at the conflict name (SHA-256)" \
+	"$(sha "$R/${c4copy:-none}" 2>/dev/null)" "$(sha "$S/c4.local")"
+is "c4: the share's version kept its name (SHA-256)" "$(sha "$R/c4")" "$(sha "$S/c4.share")"
 n=$(find "$R" -name '*.conflict-*' | wc -l)
-is "three conflict copies on the share in all" "$n" 3
+is "four conflict copies on the share in all" "$n" 4
 n=$(cat "$T"/daemon.*.log | grep -c "conflict:")
-is "three conflict warnings in the logs in all" "$n" 3
+is "four conflict warnings in the logs in all" "$n" 4
 umount_it
 
 echo "$pass passed, $fail failed"
