@@ -139,6 +139,12 @@ int jnl_conflict_resolve(struct jnl *j, struct rmt *r, jnl_id id,
 			rc = -EAGAIN; /* the base moved: not this conflict */
 			break;
 		}
+		if (!nd.unflushed && !nd.uncommitted &&
+		    nd.size == nd.base_size &&
+		    nd.remote_valid == nd.base_size) {
+			rc = -ENODATA; /* attributes only: not a conflict */
+			break;
+		}
 		rc = fill(j, r, id, path, &nd);
 		for (; !rc && k <= NAME_TRIES; k++) {
 			jnl_id cid;
@@ -194,6 +200,10 @@ int jnl_conflict_resolve(struct jnl *j, struct rmt *r, jnl_id id,
 			 "version cannot be kept apart (it replaces the "
 			 "share's): %s", path, strerror(-rc));
 		/* not found again: the flusher takes it over (SENDING) */
+		jnl_node_send_begin(j, id, seq, NULL, NULL);
+	} else if (rc == -ENODATA) {
+		/* the attributes go to the share's version; once nothing is
+		 * pending a stat takes it as the base (refresh) */
 		jnl_node_send_begin(j, id, seq, NULL, NULL);
 	}
 out:

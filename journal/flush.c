@@ -645,8 +645,8 @@ static int conflict_check(struct stream *s, jnl_id id,
 			return -ESTALE;
 		}
 		if (rc == -ESTALE || rc == -EBUSY || rc == -ENAMETOOLONG ||
-		    rc == -EEXIST || rc == -EINVAL)
-			rc = -EAGAIN; /* look again (SENDING if logged) */
+		    rc == -EEXIST || rc == -EINVAL || rc == -ENODATA)
+			rc = -EAGAIN; /* look again (SENDING: not converted) */
 		else if (rc != -EAGAIN) {
 			*fault = rc == -EIO ? F_JOURNAL : F_REMOTE;
 			return rc;

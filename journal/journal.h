@@ -533,8 +533,10 @@ int jnl_node_refresh(struct jnl *j, jnl_id id, const struct stat *st);
  * place, the ranges not written here come from the share's new version
  * (the base's bytes are gone from the share).
  *
- * Detection compares the share's size and mtime (to the ns) and identity
- * with the base: in the mount when a file with pending changes is looked
+ * Only changes of the content count (a write, a truncate): attribute
+ * changes alone (chmod, chown, utimens) are applied to the share's
+ * version. Detection compares the share's size and mtime (to the ns) and
+ * identity with the base: in the mount when a file with pending changes is looked
  * up, stat'ed or opened, and in the flusher before it first changes the
  * file on the share (one stat per file and flush, jnl_node_send_begin()).
  * Once the flusher began sending a file (SENDING) its remote attributes
@@ -579,7 +581,9 @@ int jnl_node_send_done(struct jnl *j, jnl_id id, uint64_t size,
  * SET, or @st is the base), -EEXIST (@cname is taken here), -EBUSY (the
  * node cannot be converted: links, a rename or link pending),
  * -EINPROGRESS (another stream has one of its ops handed out: later),
- * -EINVAL, -ENAMETOOLONG, -ENOSPC, -EIO. On error nothing changed.
+ * -ENODATA (only attribute changes are pending: not a conflict, they are
+ * applied to the share's version), -EINVAL, -ENAMETOOLONG, -ENOSPC, -EIO.
+ * On error nothing changed.
  */
 int jnl_node_conflict(struct jnl *j, jnl_id id, uint64_t seq,
 		      const struct stat *st, const char *cname,
@@ -596,7 +600,9 @@ int jnl_node_conflict(struct jnl *j, jnl_id id, uint64_t seq,
  * A conflict that cannot be converted (-EBUSY, -ENAMETOOLONG, -EEXIST:
  * no free name, -EINVAL) is logged and its node made SENDING
  * (jnl_node_send_begin() without @st): it is not found again, and the
- * local version goes on to the share (the last writer wins).
+ * local version goes on to the share (the last writer wins). So is a node
+ * with only attribute changes pending (-ENODATA, not logged): they are
+ * applied to the share's version.
  * Errors: as jnl_node_conflict(), the remote's, -ENOSPC.
  */
 struct rmt;

@@ -1571,6 +1571,11 @@ int jnl_node_conflict(struct jnl *j, jnl_id id, uint64_t seq,
 		rc = -EAGAIN;
 		goto out_abort;
 	}
+	if (!x->r.unflushed && x->r.size == x->r.bsize &&
+	    x->r.rvalid == x->r.bsize) {
+		rc = -ENODATA; /* attributes only: applied to the share's */
+		goto out_abort;
+	}
 	parent = x->r.rparent;
 	if (x->r.nlink != 1 || !parent || parent != x->r.mparent) {
 		rc = -EBUSY;

@@ -16,7 +16,8 @@
 #   3. the same for a file changed in place through the mount (a partial
 #      write: the journal fills its chunk from the share first);
 #   4. conflict found by the flusher: nothing looks at the file through
-#      the mount after the change on the share; resume, flush --wait;
+#      the mount after the change on the share; resume, flush --wait; a
+#      chmod alone is no conflict;
 #   5. no false conflict: write, flush, rewrite, rewrite while the flusher
 #      sends it (throttled), partial writes, and a kill -9 of the daemon
 #      mid-flush then a new mount on the same journal: every file ends as
@@ -229,6 +230,24 @@ settle
 cmp -s "$S/c3.share" "$M/c3" && cmp -s "$S/c3.local" "$M/${c3copy:-none}" &&
 	ok "c3: both versions through the mount" || bad "c3: both versions through the mount" differ
 exec 9<&-
+# only attributes changed here: not a conflict, they go to the share's
+# version
+head -c 5000 /dev/urandom >"$R/a5"
+cat "$M/a5" >/dev/null
+"$FERRYFS" pause "$M" >/dev/null
+chmod 600 "$M/a5"
+head -c 7000 /dev/urandom >"$S/a5"
+cat "$S/a5" >"$R/a5"
+settle
+stat "$M/a5" >/dev/null
+"$FERRYFS" resume "$M" >/dev/null
+"$FERRYFS" flush "$M" --wait >/dev/null
+settle
+is "a5: a chmod alone is no conflict (no copy)" "$(copies a5)" ""
+is "a5: the share's content with the mode set here" \
+	"$(sha "$R/a5") $(stat -c %a "$R/a5")" "$(sha "$S/a5") 600"
+cmp -s "$S/a5" "$M/a5" && ok "a5: the mount shows the share's content" ||
+	bad "a5: the mount shows the share's content" "differs"
 is "status counts 3 conflicts" "$(json_field conflicts)" 3
 umount_it
 

@@ -2342,6 +2342,15 @@ static void test_journal__conflict_refusals(void **state)
 	assert_int_equal(ops[0].type, JNL_OP_CREATE);
 	assert_int_equal(ops[0].id, f);
 
+	/* only attributes changed here: not a conflict */
+	st = remote_st(82, 5, 1000000000, 0);
+	now = remote_st(82, 9, 1000000001, 0);
+	assert_rc_ok(jnl_node_import(fx->j, JNL_ROOT, "a", &st, &f));
+	assert_rc_ok(jnl_setattr(fx->j, f, JNL_SET_MODE | JNL_SET_MTIME, &a));
+	seq = node_of(fx->j, f).base_seq;
+	assert_rc_err(jnl_node_conflict(fx->j, f, seq, &now, "a.c", "a.c", 0,
+					&sid), ENODATA);
+
 	/* a second name: not converted */
 	st = remote_st(81, 0, 1000000000, 0);
 	now = remote_st(81, 9, 1000000001, 0);
