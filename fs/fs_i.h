@@ -177,6 +177,10 @@ int fs_itab_set_id(struct fs_itab *t, struct fs_inode *ino, uint64_t id);
  * one (after the journal imported that object by name). */
 void fs_itab_set_id_by_key(struct fs_itab *t, uint64_t dev, uint64_t ino,
 			   uint64_t id);
+/* The inode with remote identity (@dev, @ino), if its id is @from, gets
+ * @to instead: a conflict gave the share's version of it a new node. */
+void fs_itab_move_id(struct fs_itab *t, uint64_t dev, uint64_t ino,
+		     uint64_t from, uint64_t to);
 /* The first (preferred) name of @ino: its parent, with a ref taken (drop
  * it with fs_itab_unref()), and the name in @name (NAME_MAX + 1 bytes).
  * Errors: -ESTALE (no name left). */

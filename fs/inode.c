@@ -512,6 +512,18 @@ void fs_itab_set_id_by_key(struct fs_itab *t, uint64_t dev, uint64_t ino,
 	pthread_mutex_unlock(&t->lock);
 }
 
+void fs_itab_move_id(struct fs_itab *t, uint64_t dev, uint64_t ino,
+		     uint64_t from, uint64_t to)
+{
+	struct fs_inode *n;
+
+	pthread_mutex_lock(&t->lock);
+	n = find_locked(t, dev, ino);
+	if (n && n->id == from)
+		n->id = to;
+	pthread_mutex_unlock(&t->lock);
+}
+
 int fs_itab_first_link(struct fs_itab *t, struct fs_inode *n,
 		       struct fs_inode **parent, char *name)
 {

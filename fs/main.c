@@ -99,6 +99,38 @@ static void print_streams(const char *reply)
 	printf("%s\n", i ? "" : " none");
 }
 
+/* The "conflict_paths" of a status reply, one line each (JSON strings:
+ * the escapes wb.c makes are undone). */
+static void print_conflicts(const char *reply)
+{
+	const char *p = strstr(reply, "\"conflict_paths\": [");
+
+	if (!p)
+		return;
+	p += strlen("\"conflict_paths\": [");
+	while (*p == '"') {
+		printf("    ");
+		for (p++; *p && *p != '"'; p++) {
+			unsigned int c;
+
+			if (*p == '\\' && p[1] == 'u' &&
+			    sscanf(p + 2, "%4x", &c) == 1) {
+				putchar((int)c);
+				p += 5;
+			} else if (*p == '\\' && p[1]) {
+				putchar(*++p);
+			} else {
+				putchar(*p);
+			}
+		}
+		putchar('\n');
+		if (*p == '"')
+			p++;
+		if (*p == ',')
+			p++;
+	}
+}
+
 static void print_status(const char *reply)
 {
 	char mnt[4096], remote[4096], mode[64], pend[32], rd[32], wr[32],
@@ -134,6 +166,11 @@ static void print_status(const char *reply)
 	printf("  errors: %lld, retries: %lld, conflicts: %lld\n",
 	       json_num(reply, "errors"), json_num(reply, "retries"),
 	       json_num(reply, "conflicts"));
+	if (json_num(reply, "conflicts") > 0) {
+		printf("  conflict copies (the local versions; newest "
+		       "first):\n");
+		print_conflicts(reply);
+	}
 	printf("  remote: %s read, %s written, %lld operations\n", rd, wr,
 	       json_num(reply, "remote_ops"));
 	if ((c = strstr(reply, "\"cache\": {"))) {

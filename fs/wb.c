@@ -38,11 +38,14 @@
  *     (wait_remote()).
  *  5. No lock is held across a journal or remote call; the journal is
  *     thread-safe.
+ *  6. Other writers: a node with nothing pending takes the share's
+ *     attributes at lookup, getattr and open; one with changes pending
+ *     whose share version is no longer their base is a conflict, resolved
+ *     there (node_stat_fresh(), journal.h "Conflicts"); the flusher finds
+ *     the others before it writes.
  *
  * Not done yet (README "Status"): extended attributes of a file created
- * here wait for its create to reach the remote (set_xattr_wait()); a file
- * changed on the share behind ferryfs while it has changes in the journal
- * is a conflict the mount does not detect yet (issue 5).
+ * here wait for its create to reach the remote (set_xattr_wait()).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -174,41 +177,89 @@ static bool ts_eq(struct timespec a, struct timespec b)
 	return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
 }
 
+/* Is @rs (the share's attributes now) the base of imported file @nd, the
+ * version its pending changes were made against (journal.h "Conflicts")? */
+static bool base_is(const struct jnl_node *nd, const struct stat *rs)
+{
+	return S_ISREG(rs->st_mode) && (uint64_t)rs->st_size == nd->base_size &&
+	       ts_eq(rs->st_mtim, nd->base_mtime) &&
+	       (uint64_t)rs->st_ino == nd->base_ino &&
+	       (uint64_t)rs->st_dev == nd->base_dev;
+}
+
 /*
  * node_stat() for what the kernel asks (lookup, getattr, open): a file
  * with nothing pending is what the share has now, so another writer's
  * change is seen (close-to-open, as for the objects the journal does not
  * know): the share's attributes, taken into the journal when they differ
- * (jnl_node_refresh()). A node with changes pending keeps the journal's.
- * Directories keep the journal's attributes (their mtime moves with every
- * entry the flush makes; a refresh would stall the writers each time).
+ * (jnl_node_refresh()). A node with changes pending keeps the journal's,
+ * unless the share's version is no longer the one they were made against:
+ * a conflict (journal.h "Conflicts"), resolved here. The node then is the
+ * conflict copy, and *id becomes the node of the share's version (the
+ * inode of its remote identity follows). Directories keep the journal's
+ * attributes (their mtime moves with every entry the flush makes; a
+ * refresh would stall the writers each time).
  */
-static int node_stat_fresh(struct fs *fs, jnl_id id, struct jnl_node *nd,
+static int node_stat_fresh(struct fs *fs, jnl_id *id, struct jnl_node *nd,
 			   struct stat *st)
 {
 	char path[PATH_MAX];
 	struct jnl_node tmp;
 	struct stat rs;
+	jnl_id sid;
 	int rc;
 
 	if (!nd)
 		nd = &tmp;
-	rc = jnl_node_get(fs->jnl, id, nd);
+	rc = jnl_node_get(fs->jnl, *id, nd);
 	if (rc < 0)
 		return rc;
 	if (S_ISREG(nd->mode) && node_clean(nd) &&
-	    id_rpath(fs, id, NULL, path) == 0 &&
+	    id_rpath(fs, *id, NULL, path) == 0 &&
 	    rmt_stat(fs->rmt, path, &rs) == 0 &&
 	    ((uint64_t)rs.st_size != nd->size || !ts_eq(rs.st_mtim, nd->mtime) ||
 	     rs.st_mode != nd->mode || rs.st_uid != nd->uid ||
-	     rs.st_gid != nd->gid) &&
-	    jnl_node_refresh(fs->jnl, id, &rs) == 0) {
-		rc = jnl_node_get(fs->jnl, id, nd);
+	     rs.st_gid != nd->gid || nd->base == JNL_BASE_SENDING) &&
+	    jnl_node_refresh(fs->jnl, *id, &rs) == 0) {
+		/* SENDING with nothing pending: the flush ended without a
+		 * FINISH (a utimens): the share's version is the base */
+		rc = jnl_node_get(fs->jnl, *id, nd);
+		if (rc < 0)
+			return rc;
+	} else if (nd->base == JNL_BASE_SET && !node_clean(nd) &&
+		   id_rpath(fs, *id, NULL, path) == 0 &&
+		   rmt_stat(fs->rmt, path, &rs) == 0 && !base_is(nd, &rs) &&
+		   jnl_conflict_resolve(fs->jnl, fs->rmt, *id, nd->base_seq,
+					&rs, 0, &sid) == 0) {
+		fs_itab_move_id(fs->itab, nd->base_dev, nd->base_ino, *id,
+				sid);
+		*id = sid;
+		rc = jnl_node_get(fs->jnl, *id, nd);
 		if (rc < 0)
 			return rc;
 	}
 	node_to_stat(fs, nd, st);
 	return 0;
+}
+
+/*
+ * The journal id of inode @n (0: none). An inode of a remote object whose
+ * node became a conflict copy (the flusher resolved a conflict; the share's
+ * version has another node now) lets go of that id: the copy has an inode
+ * of its own, found by its name (journal.h "Conflicts").
+ */
+static jnl_id inode_id(struct fs *fs, struct fs_inode *n)
+{
+	jnl_id id = fs_itab_id(fs->itab, n);
+	struct jnl_node nd;
+
+	if (id && id != JNL_ROOT && n->dev != FS_LOCAL_DEV &&
+	    jnl_node_get(fs->jnl, id, &nd) == 0 &&
+	    (nd.flags & JNL_NODE_CONFLICT) && !nd.base_ino) {
+		fs_itab_move_id(fs->itab, n->dev, n->ino, id, 0);
+		id = fs_itab_id(fs->itab, n);
+	}
+	return id;
 }
 
 /*
@@ -223,7 +274,7 @@ static int ensure_id(struct fs *fs, struct fs_inode *n, jnl_id *out)
 	jnl_id pid, id;
 	int rc;
 
-	*out = fs_itab_id(fs->itab, n);
+	*out = inode_id(fs, n);
 	if (*out)
 		return 0;
 	rc = fs_itab_first_link(fs->itab, n, &parent, name);
@@ -315,8 +366,21 @@ static int find_in(struct fs *fs, jnl_id pid, struct fs_inode *parent,
 	if (pid) {
 		rc = jnl_lookup(fs->jnl, pid, name, &f->id, &whiteout);
 		if (rc == 0) {
+			jnl_id again;
+
 			f->journal = true;
-			return node_stat_fresh(fs, f->id, &f->nd, &f->st);
+			rc = node_stat_fresh(fs, &f->id, &f->nd, &f->st);
+			/* another thread resolved a conflict on it meanwhile:
+			 * the name is the share's version's now */
+			if (rc == 0 && (f->nd.flags & JNL_NODE_CONFLICT) &&
+			    jnl_lookup(fs->jnl, pid, name, &again,
+				       &whiteout) == 0 &&
+			    again != f->id) {
+				f->id = again;
+				rc = node_stat_fresh(fs, &f->id, &f->nd,
+						     &f->st);
+			}
+			return rc;
 		}
 		if (rc != -ENOENT || whiteout)
 			return rc;
@@ -469,9 +533,9 @@ static void reply_entry_st(fuse_req_t req, struct fs_inode *parent,
 	struct fs_inode *n = NULL;
 	int rc = fs_itab_lookup(fs->itab, parent, name, st, 1, &n);
 
-	if (rc == 0 && id)
+	if (rc == 0 && id && inode_id(fs, n) != id)
 		rc = fs_itab_set_id(fs->itab, n, id);
-	else if (rc == 0 && (id = fs_itab_id(fs->itab, n)) != 0)
+	else if (rc == 0 && !id && (id = inode_id(fs, n)) != 0)
 		rc = node_stat(fs, id, NULL, &a); /* a known object */
 	if (rc < 0) {
 		if (n)
@@ -511,7 +575,7 @@ static void wb_getattr(fuse_req_t req, fuse_ino_t ino,
 {
 	struct fs *fs = fs_of(req);
 	struct fs_inode *n = inode_of(fs, ino);
-	jnl_id id = fs_itab_id(fs->itab, n);
+	jnl_id id = inode_id(fs, n);
 	struct stat st;
 	int rc;
 
@@ -541,7 +605,7 @@ static void wb_getattr(fuse_req_t req, fuse_ino_t ino,
 		fs_wt_ops.getattr(req, ino, fi);
 		return;
 	}
-	rc = node_stat_fresh(fs, id, NULL, &st);
+	rc = node_stat_fresh(fs, &id, NULL, &st);
 	if (rc < 0)
 		reply_err(req, rc);
 	else
@@ -919,7 +983,7 @@ static void wb_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_of(req);
 	struct fs_inode *n = inode_of(fs, ino);
-	jnl_id id = fs_itab_id(fs->itab, n);
+	jnl_id id = inode_id(fs, n);
 	bool writing = (fi->flags & O_ACCMODE) != O_RDONLY ||
 		       (fi->flags & O_TRUNC);
 	struct fs_handle *h;
@@ -933,7 +997,7 @@ static void wb_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (!id)
 		rc = ensure_id(fs, n, &id);
 	if (rc == 0)
-		rc = node_stat_fresh(fs, id, NULL, &st);
+		rc = node_stat_fresh(fs, &id, NULL, &st);
 	if (rc == 0 && (fi->flags & O_TRUNC) && st.st_size) {
 		struct jnl_node a = { .size = 0 };
 
@@ -1916,6 +1980,68 @@ static const char *stream_state(enum jnl_stream_state s)
 	return "?";
 }
 
+#define STATUS_CONFLICT_PATHS 10 /* the most recent conflict copies shown */
+
+/* @str as the inside of a JSON string at @out (@size bytes, NUL-ended);
+ * returns the length written, or @size if it did not fit. */
+static size_t json_escape(char *out, size_t size, const char *str)
+{
+	size_t pos = 0;
+
+	for (const unsigned char *p = (const unsigned char *)str; *p; p++) {
+		int n;
+
+		if (*p == '"' || *p == '\\')
+			n = snprintf(out + pos, size - pos, "\\%c", *p);
+		else if (*p < 0x20)
+			n = snprintf(out + pos, size - pos, "\\u%04x", *p);
+		else
+			n = snprintf(out + pos, size - pos, "%c", *p);
+		if (n < 0 || (size_t)n >= size - pos)
+			return size;
+		pos += (size_t)n;
+	}
+	return pos;
+}
+
+/* ", \"conflict_paths\": [...]" of the most recent conflict copies, as many
+ * as fit in @size. Returns the length written. */
+static size_t conflict_paths_json(struct fs *fs, char *out, size_t size)
+{
+	char (*paths)[PATH_MAX] = malloc(STATUS_CONFLICT_PATHS * PATH_MAX);
+	int n = paths ? jnl_conflict_paths(fs->jnl, paths,
+					   STATUS_CONFLICT_PATHS, NULL)
+		      : 0;
+	size_t pos;
+	int i;
+
+	if (size < 32) {
+		free(paths);
+		return 0;
+	}
+	pos = (size_t)snprintf(out, size, ", \"conflict_paths\": [");
+	for (i = 0; i < n; i++) {
+		size_t room = size - pos, len;
+
+		if (room < 8)
+			break;
+		out[pos] = '"';
+		len = json_escape(out + pos + 1, room - 4, paths[i]);
+		if (len >= room - 4)
+			break; /* does not fit: leave it out */
+		pos += 1 + len;
+		out[pos++] = '"';
+		if (i + 1 < n)
+			out[pos++] = ',';
+		out[pos] = 0;
+	}
+	if (pos && out[pos - 1] == ',')
+		pos--;
+	pos += (size_t)snprintf(out + pos, size - pos, "]");
+	free(paths);
+	return pos;
+}
+
 /* The status reply of `ferryfs status` (JSON, one line). */
 static int wb_status(struct fs *fs, char *reply, size_t size)
 {
@@ -1947,7 +2073,7 @@ static int wb_status(struct fs *fs, char *reply, size_t size)
 		"\"pending_ops\": %llu, \"uncommitted\": %llu, "
 		"\"staging_bytes\": %llu, \"rate_bps\": %llu, "
 		"\"eta_s\": %lld, \"retries\": %llu, \"errors\": %llu, "
-		"\"failed_ops\": %llu, \"parked\": %llu, \"conflicts\": 0, "
+		"\"failed_ops\": %llu, \"parked\": %llu, \"conflicts\": %llu, "
 		"\"resent_bytes\": %llu, \"flushed_bytes\": %llu, "
 		"\"write_waits\": %llu, "
 		"\"remote_bytes_read\": %llu, \"remote_bytes_written\": %llu, "
@@ -1964,6 +2090,7 @@ static int wb_status(struct fs *fs, char *reply, size_t size)
 		(unsigned long long)fst->errors,
 		(unsigned long long)fst->failed_ops,
 		(unsigned long long)fst->parked,
+		(unsigned long long)st.conflicts,
 		(unsigned long long)(st.resent_bytes + fs->resent_bytes),
 		(unsigned long long)fst->bytes,
 		(unsigned long long)st.write_waits,
@@ -1995,7 +2122,12 @@ static int wb_status(struct fs *fs, char *reply, size_t size)
 			s->last_error ? strerror(-s->last_error) : "");
 	}
 	if (pos < size)
-		snprintf(reply + pos, size - pos, "]}");
+		pos += (size_t)snprintf(reply + pos, size - pos, "]");
+	/* the paths, leaving room for the end and what ops.c appends */
+	if (pos + 1024 < size)
+		pos += conflict_paths_json(fs, reply + pos, size - pos - 1024);
+	if (pos < size)
+		pos += (size_t)snprintf(reply + pos, size - pos, "}");
 	free(fst);
 	return pos < size ? 0 : -ENOSPC;
 }

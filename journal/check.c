@@ -335,6 +335,12 @@ void jnl_assert_sane(struct jnl *j)
 			BUG("inv 7: LOCAL directory %" PRIu64 " nlink %" PRIu64
 			    ", %" PRIu64 " subdirectories", n->id,
 			    n->r.nlink, n->subdirs);
+		if (n->r.bstate > JNL_BASE_SENDING ||
+		    (n->r.bstate && (local || !n->r.base_ino ||
+				     !S_ISREG(n->r.mode))))
+			BUG("conflicts: node %" PRIu64 " base state %" PRIu32
+			    " (LOCAL %d, imported %d)", n->id, n->r.bstate,
+			    local, n->r.base_ino != 0);
 		if (gone != (n->r.nlink == 0))
 			BUG("inv 7: node %" PRIu64 " UNLINKED %d, nlink %" PRIu64,
 			    n->id, gone, n->r.nlink);

@@ -1533,20 +1533,32 @@ static bool pend_has_node(struct jnl *j, jnl_id id)
  * Begin a write transaction on node @id with nobody else at its records:
  * no mark between memory and LMDB (commit_lock), no writer, reader or
  * filler between our look and our I/O (rw exclusive), and no mark of @id
- * pending (-EBUSY). On success end with quiet_end() after the commit or
- * abort; on error nothing is held.
+ * pending (-EBUSY; with @commit they are committed first, under rw
+ * exclusive so that none comes after). On success end with quiet_end()
+ * after the commit or abort; on error nothing is held.
  */
-static int quiet_begin(struct jnl *j, jnl_id id, struct jnl_wtx *w)
+int jnl_quiet_begin(struct jnl *j, jnl_id id, bool commit, struct jnl_wtx *w)
 {
-	int rc;
+	int rc = 0;
 
 	pthread_mutex_lock(&j->commit_lock);
-	pthread_rwlock_wrlock(&j->rw);
-	pthread_mutex_lock(&j->lock);
-	rc = pend_has_node(j, id) ? -EBUSY : 0;
-	pthread_mutex_unlock(&j->lock);
+	for (int tries = 0;; tries++) {
+		/* not under rw: the commit gives staging back (jnl_gc_run()
+		 * takes rw); a writer may mark again before we have rw */
+		if (commit)
+			rc = jnl_commit_pending(j, true, id);
+		pthread_rwlock_wrlock(&j->rw);
+		pthread_mutex_lock(&j->lock);
+		if (!rc)
+			rc = pend_has_node(j, id) ? -EBUSY : 0;
+		pthread_mutex_unlock(&j->lock);
+		if (rc != -EBUSY || !commit || tries == 8)
+			break;
+		pthread_rwlock_unlock(&j->rw);
+		rc = 0;
+	}
 	if (!rc)
-		rc = jnl_wtx_begin(j, w, false);
+		rc = jnl_wtx_begin(j, w, commit);
 	if (rc) {
 		pthread_rwlock_unlock(&j->rw);
 		pthread_mutex_unlock(&j->commit_lock);
@@ -1554,10 +1566,44 @@ static int quiet_begin(struct jnl *j, jnl_id id, struct jnl_wtx *w)
 	return rc;
 }
 
-static void quiet_end(struct jnl *j)
+void jnl_quiet_end(struct jnl *j)
 {
 	pthread_rwlock_unlock(&j->rw);
 	pthread_mutex_unlock(&j->commit_lock);
+}
+
+#define quiet_begin(j, id, w) jnl_quiet_begin(j, id, false, w)
+#define quiet_end(j) jnl_quiet_end(j)
+
+int jnl_chunks_conflict(struct jnl_wtx *w, jnl_id id, struct jnl_nrec *n)
+{
+	struct jnl *j = w->j;
+	uint64_t below = (n->r.rvalid + j->chunk_size - 1) >> j->chunk_shift;
+	struct jnl_chunk_rec *recs;
+	uint64_t *idx, next = 0;
+	size_t count;
+	int rc;
+
+	rc = chunks_of(w, id, 0, &idx, &recs, &count);
+	for (size_t i = 0; i < count && !rc; i++) {
+		struct jnl_chunk_rec nw = recs[i];
+
+		if (idx[i] < below && idx[i] != next)
+			break; /* a chunk of the remote's not held */
+		next = idx[i] + 1;
+		nw.state = JNL_CHUNK_DIRTY;
+		nw.generation = w->m.next_gen++;
+		nw.claim_gen = 0;
+		if (recs[i].state != JNL_CHUNK_DIRTY)
+			nw.dseq = w->m.next_dseq++;
+		w->m_dirty = true;
+		rc = chunk_move(w, id, n, idx[i], &recs[i], &nw);
+	}
+	if (!rc && next < below)
+		rc = -EAGAIN;
+	free(idx);
+	free(recs);
+	return rc;
 }
 
 /* Does node @id have a chunk record? */
@@ -1692,6 +1738,8 @@ int jnl_node_refresh(struct jnl *j, jnl_id id, const struct stat *st)
 		rc = -ESTALE;
 	if (!rc) {
 		jnl_rec_take_stat(&n->r, st);
+		if (n->r.base_ino) /* imported: a new base */
+			jnl_rec_base_set(&n->r, st);
 		rc = jnl_node_write(j, w.txn, id, n);
 	}
 	if (rc)

@@ -1,8 +1,9 @@
 /*
  * flush.c - the flusher: N stream threads that drain the journal into the
- * remote (journal.h, "the flusher"). The only file of journal/ that calls
- * remote/; it uses the journal through journal.h alone, plus the wake-up
- * hook of journal_i.h (jnl_notify_set()).
+ * remote (journal.h, "the flusher"). With conflict.c the only file of
+ * journal/ that calls remote/; it uses the journal through journal.h
+ * alone, plus the wake-up hook of journal_i.h (jnl_notify_set()) and
+ * jnl_conflict_epoch().
  *
  * Callers: fs/ (start at mount, stop at unmount, pause/resume/kick/wait/
  * stats for `ferryfs flush|pause|resume|status`), tests.
@@ -167,6 +168,7 @@ struct stream {
 	unsigned int backoff_ms;       /* 0: not backing off */
 	jnl_id logged_park;            /* last node a park was logged for */
 	uint64_t kick_seen;            /* f->kick_gen handled */
+	uint64_t conflict_seen;        /* jnl_conflict_epoch() of h[] */
 	char path[PATH_MAX], path2[PATH_MAX];
 	char *pbuf;                    /* send_put(): CLAIM_MAX paths */
 
@@ -534,8 +536,13 @@ static int handle_get(struct stream *s, jnl_id id, struct rmt_file **out,
 	struct handle *h = NULL;
 	struct rmt_file *rf = NULL;
 	int flags = (f->flags & JNL_FLUSH_VERIFY) ? O_RDWR : O_WRONLY;
+	uint64_t ce = jnl_conflict_epoch(f->j);
 	int rc = -EAGAIN;
 
+	if (ce != s->conflict_seen) { /* a node moved: journal.c C3 */
+		handles_close_all(s);
+		s->conflict_seen = ce;
+	}
 	for (int i = 0; i < HANDLE_MAX; i++)
 		if (s->h[i].id == id) {
 			s->h[i].used = now_ns();
@@ -679,6 +686,72 @@ static ssize_t write_sparse(struct rmt_file *rf,
 }
 
 /*
+ * Before the first change of an imported file's data, size or mtime on the
+ * remote (a chunk @c, or a SETATTR/FINISH op @allow_seq): is the remote
+ * still the base the local changes were made against (journal.h
+ * "Conflicts", journal.c C1)? One rmt_stat() per file and flush: nothing
+ * in SENDING. 0: go on. A conflict is resolved here (the node becomes the
+ * conflict copy: -ESTALE with F_GONE, the chunk or op is not ours to send
+ * any more); one that cannot be kept apart is logged and the local
+ * version goes on (the last writer wins).
+ */
+static int conflict_check(struct stream *s, jnl_id id,
+			  const struct jnl_chunk_ref *c, uint64_t allow_seq,
+			  enum fault *fault)
+{
+	struct jnl_flusher *f = s->f;
+	char path[PATH_MAX];
+	struct jnl_node n;
+	struct stat st;
+	int rc = -EAGAIN;
+
+	for (int tries = 0; tries < 4 && rc == -EAGAIN; tries++) {
+		rc = jnl_node_get(f->j, id, &n);
+		if (rc) {
+			*fault = rc == -ENOENT ? F_GONE : F_JOURNAL;
+			return rc;
+		}
+		if (n.base != JNL_BASE_SET)
+			return 0;
+		rc = jnl_node_rpath(f->j, id, path, sizeof(path));
+		if (rc == -ENOENT)
+			return 0; /* nowhere on the remote: the caller sees */
+		if (rc) {
+			*fault = F_JOURNAL;
+			return rc;
+		}
+		rc = rmt_stat(s->r, path, &st);
+		if (rc) {
+			*fault = F_REMOTE;
+			return rc;
+		}
+		rc = jnl_node_send_begin(f->j, id, n.base_seq, c, &st);
+		if (rc != -EXDEV)
+			continue;
+		rc = jnl_conflict_resolve(f->j, s->r, id, n.base_seq, &st,
+					  allow_seq, NULL);
+		if (!rc) {
+			*fault = F_GONE;
+			return -ESTALE;
+		}
+		if (rc == -ESTALE || rc == -EBUSY || rc == -ENAMETOOLONG ||
+		    rc == -EEXIST || rc == -EINVAL || rc == -ENODATA)
+			rc = -EAGAIN; /* look again (SENDING: not converted) */
+		else if (rc != -EAGAIN) {
+			*fault = rc == -EIO ? F_JOURNAL : F_REMOTE;
+			return rc;
+		}
+	}
+	if (rc == -ENOENT)
+		*fault = F_GONE;
+	else if (rc == -EAGAIN)
+		*fault = F_REMOTE; /* retried later */
+	else if (rc)
+		*fault = F_JOURNAL;
+	return rc;
+}
+
+/*
  * Write chunk @c at its node's remote path (invariant 2). 0 with @sha the
  * digest of what was written, or -errno with *fault.
  */
@@ -706,6 +779,9 @@ static int chunk_write(struct stream *s, const struct jnl_chunk_ref *c,
 		*fault = F_JOURNAL;
 		return -ENOMEM;
 	}
+	rc = conflict_check(s, c->id, c, 0, fault);
+	if (rc)
+		return rc;
 	rc = handle_get(s, c->id, &rf, fault);
 	if (rc == -ENOENT && *fault == F_JOURNAL) {
 		struct jnl_node node;
@@ -1277,6 +1353,11 @@ static int replay_attrs(struct stream *s, const struct jnl_op *op,
 	}
 	if (!set)
 		return 0;
+	if (S_ISREG(n->mode) && (set & (RMT_SET_SIZE | RMT_SET_MTIME))) {
+		rc = conflict_check(s, n->id, NULL, op->seq, fault);
+		if (rc)
+			return rc;
+	}
 	rc = jnl_node_rpath(f->j, n->id, s->path, sizeof(s->path));
 	if (rc == -ENOENT && (n->flags & JNL_NODE_UNLINKED))
 		return 0; /* gone here and there: nothing to apply */
@@ -1303,6 +1384,14 @@ static int replay_attrs(struct stream *s, const struct jnl_op *op,
 		handle_drop(s, n->id); /* nothing touches it after the times */
 	sa = attrs_of(n, set);
 	rc = rmt_setattr(s->r, s->path, NULL, &sa);
+	if (!rc && S_ISREG(n->mode) && (set & RMT_SET_SIZE)) {
+		/* FINISH, or a truncate (which sets the times too): the
+		 * remote has the node's size and mtime, the new base, taken
+		 * while no chunk of it is written (journal.c C2) */
+		rc = jnl_node_send_done(f->j, n->id, n->size, &n->mtime);
+		if (rc)
+			*fault = F_JOURNAL;
+	}
 	if (set & RMT_SET_SIZE)
 		ungate(s);
 	return rc;
@@ -1418,8 +1507,15 @@ static void replay_done(struct stream *s, const struct jnl_op *op, int rc,
 		journal_failed(s, rc);
 		return;
 	}
-	if (fault == F_STOP) {
+	if (fault == F_STOP || fault == F_GONE) {
+		/* F_GONE: a conflict took the node's ops (journal.c C3); if
+		 * the op is still there it is pending again */
 		jnl_op_fail(f->j, op->seq, false);
+		if (fault == F_GONE) {
+			pthread_mutex_lock(&f->lock);
+			f->work_gen++;
+			pthread_mutex_unlock(&f->lock);
+		}
 		return;
 	}
 	if ((fault == F_REMOTE && permanent(rc)) ||

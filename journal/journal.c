@@ -216,6 +216,38 @@
  *   pwrite that finds the disk full still fails at once with -ENOSPC,
  *   nothing marked: the last word.
 
+ * CONFLICTS
+ *
+ *   Another writer of the share (journal.h "Conflicts"). An imported
+ *   regular file with one link records its base: the remote's size and
+ *   mtime (ns) at import or refresh (jnl_rec_base_set()), with bseq bumped
+ *   at every change of it. The states and the functions behind each
+ *   transition are in journal.h (enum jnl_base). Rules:
+ *
+ *   C1. The flusher changes the data, size or mtime of a tracked node on
+ *       the remote only in SENDING, and the SET -> SENDING step
+ *       (jnl_node_send_begin()) compares the remote's attributes with the
+ *       base and is committed before the first byte goes: the remote's
+ *       attributes in SET are never the result of our own writes, crash or
+ *       not (a change after the step is durable at least as late).
+ *   C2. SENDING -> SET only with the values FINISH applied, while no
+ *       stream writes a chunk of the node (jnl_node_send_done() inside the
+ *       flusher's gate): the base is then exactly what the remote has.
+ *   C3. A conversion (jnl_node_conflict()) happens only in SET with the
+ *       bseq the caller compared against, so a stat taken before a
+ *       SENDING/SET round trip is never taken for a conflict. It turns the
+ *       node's INFLIGHT chunks DIRTY with new generations (a stream's
+ *       claim and release are stale, and jnl_node_send_begin() refuses
+ *       the claim), drops its SETATTR/FINISH ops (also one handed out to
+ *       the converting stream, @allow_seq), and bumps conflict_epoch, at
+ *       which every stream closes its cached remote files.
+ *   C4. The conflict copy keeps the node's id (open handles go on
+ *       writing the local version, as on a local disk); the share's
+ *       version gets a new id at the old name, with the imports entry.
+ *
+ *   Conflicts are counted in meta ("conflicts" -> u64) and the paths of
+ *   the JNL_CONFLICTS_KEPT most recent kept ("conflict" + be64 n -> path).
+
  * LOCKING
  *
  *   commit_lock -> rw -> txn_lock -> lock (journal_i.h). The group
@@ -1289,6 +1321,8 @@ int jnl_stats(struct jnl *j, struct jnl_stats *out)
 		rc = jnl_mdb(j, mdb_stat(txn, j->db_dirtyq, &q));
 	if (!rc)
 		rc = jnl_mdb(j, mdb_stat(txn, j->db_inflight, &fl));
+	if (!rc)
+		out->conflicts = jnl_conflicts_count(j, txn);
 	jnl_rtx_end(j);
 	if (rc)
 		return rc;

@@ -122,7 +122,8 @@
  * serialises its use of LMDB itself (readers and writers take turns on the
  * batch, each for microseconds) and never holds its lock across a wait or
  * a remote call (it makes none: journal/ never calls remote/ except in the
- * flusher, flush.c, through its own API). The flusher ("the flusher" at the
+ * flusher, flush.c, through its own API, and in jnl_conflict_resolve(),
+ * conflict.c, through the caller's connection). The flusher ("the flusher" at the
  * end) is optional: tests and tools drive claim/release and the op log by
  * hand.
  */
@@ -131,6 +132,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <limits.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -205,6 +207,32 @@ enum jnl_node_flags {
 	JNL_NODE_TIMES_SET = 1 << 3,  /* the application set the times */
 	JNL_NODE_SIZE_SET = 1 << 4,   /* truncated here: size is authoritative */
 	JNL_NODE_ERROR = 1 << 5,      /* the remote refused it; see status */
+	JNL_NODE_CONFLICT = 1 << 6,   /* a conflict copy: the local version of
+					 a file the share changed meanwhile
+					 (jnl_node_conflict()) */
+};
+
+/*
+ * The base of an imported regular file: the remote version its local
+ * changes are made against ("Conflicts" below).
+ *
+ *   NONE --- jnl_node_import(), jnl_node_refresh() (a regular file with
+ *            one link) ---------------------------------------------> SET
+ *   SET  --- jnl_node_send_begin(): the remote is still the base,
+ *            the flusher is about to change it -------------------> SENDING
+ *   SENDING --- jnl_node_send_done(): FINISH (or a truncate) applied,
+ *               the remote has the node's size and mtime ------------> SET
+ *   SET, SENDING --- jnl_node_refresh() (nothing pending) -----------> SET
+ *   SET --- jnl_node_conflict(): the remote is not the base ---------> NONE
+ *                                (the node is the conflict copy now)
+ */
+enum jnl_base {
+	JNL_BASE_NONE = 0, /* not tracked: created here, a directory, a
+			      hard-linked file, an old journal's node */
+	JNL_BASE_SET,      /* base_size/base_mtime are what the remote has
+			      unless another writer changed it */
+	JNL_BASE_SENDING,  /* the flusher is changing the remote: its
+			      attributes say nothing until FINISH */
 };
 
 struct jnl_node {
@@ -224,6 +252,14 @@ struct jnl_node {
 	 * records not FLUSHED, and writes not committed yet */
 	uint64_t pending_ops, unflushed;
 	bool uncommitted;
+	/* imported regular files: the base (see enum jnl_base); base_seq
+	 * changes with every change of the base */
+	enum jnl_base base;
+	uint64_t base_size;
+	struct timespec base_mtime;
+	uint64_t base_seq;
+	/* bytes [0, remote_valid) not held by the journal are the remote's */
+	uint64_t remote_valid;
 };
 
 /* Read a node; size and mtime include writes not committed yet.
@@ -473,11 +509,114 @@ int jnl_node_clean(struct jnl *j, jnl_id id);
  * pending (not LOCAL, not UNLINKED, no op, no chunk record, no write not
  * committed): take the remote's attributes @st (mode, owner, size, times,
  * nlink) as the node's; a regular file's content is then all the remote's.
+ * The base of a regular file with one link becomes @st (SET).
  * Errors: -EBUSY (something is pending: the journal's version stands; a
- * conflict is issue 5's), -ESTALE (another object: another file type, or
- * an imported node whose remote identity differs), -ENOENT, -EIO.
+ * conflict if @st is not the base: jnl_conflict_resolve()), -ESTALE
+ * (another object: another file type, or an imported node whose remote
+ * identity differs), -ENOENT, -EIO.
  */
 int jnl_node_refresh(struct jnl *j, jnl_id id, const struct stat *st);
+
+/* --- conflicts ----------------------------------------------------------- */
+
+/*
+ * Conflicts. Another writer changed an imported file on the share while
+ * the journal holds local changes to it. Policy: neither version is lost.
+ * The share's version keeps the name (it becomes a fresh import of the
+ * share's object); the local version becomes a node created here named
+ * NAME.conflict-YYYYmmdd-HHMMSS (UTC; -2, -3... if taken) in the same
+ * directory, flushed to the share under that name like any new file. Its
+ * content: the chunks the journal holds over, for the rest, the share's
+ * bytes at the time of the conflict. A file rewritten whole here (opened
+ * O_TRUNC or truncated to 0: cp, editors, rsync) is held whole in the
+ * journal, so its copy is exactly the local version; for a file changed in
+ * place, the ranges not written here come from the share's new version
+ * (the base's bytes are gone from the share).
+ *
+ * Only changes of the content count (a write, a truncate): attribute
+ * changes alone (chmod, chown, utimens) are applied to the share's
+ * version. Detection compares the share's size and mtime (to the ns) and
+ * identity with the base: in the mount when a file with pending changes is looked
+ * up, stat'ed or opened, and in the flusher before it first changes the
+ * file on the share (one stat per file and flush, jnl_node_send_begin()).
+ * Once the flusher began sending a file (SENDING) its remote attributes
+ * are its own until FINISH: a change by another writer in that window is
+ * not detected (the last writer wins). Not checked at all: files created
+ * through the mount, hard-linked files, a file with a rename or link
+ * pending here (detected, logged, the local version wins).
+ */
+
+/*
+ * The flusher is about to change node @id's data, size or mtime on the
+ * remote: a chunk of claim @c, or (@c NULL) a SETATTR or FINISH op.
+ * @st: rmt_stat() of its remote path, taken after jnl_node_get() said
+ * base JNL_BASE_SET with base_seq @seq; NULL forces SENDING without a
+ * comparison (a conflict that cannot be converted: the local version
+ * wins). On 0 the node is SENDING (or not tracked), durable before the
+ * call returns. Errors: -EAGAIN (the base changed meanwhile: look again),
+ * -ENOENT (the claim @c is stale or the node gone: do not write it),
+ * -EXDEV (@st is not the base: a conflict; jnl_conflict_resolve()), -EIO.
+ */
+int jnl_node_send_begin(struct jnl *j, jnl_id id, uint64_t seq,
+			const struct jnl_chunk_ref *c, const struct stat *st);
+/* FINISH of @id, or a SETATTR with a size (both set the mtime), is
+ * applied on the remote while no stream writes its chunks: the base is
+ * SET to @size and @mtime. A no-op for a node that is not tracked.
+ * Errors: -ENOENT, -EIO. */
+int jnl_node_send_done(struct jnl *j, jnl_id id, uint64_t size,
+		       const struct timespec *mtime);
+
+/*
+ * The conversion of a conflict, in one transaction: node @id (base SET
+ * with base_seq @seq, @st not its base) becomes a node created here named
+ * @cname in its directory (JNL_NODE_LOCAL | JNL_NODE_CONFLICT, a CREATE op
+ * appended; every chunk it holds DIRTY again, its SETATTR and FINISH ops
+ * dropped), and its old name becomes a fresh import of the remote object
+ * @st: *share_id. @cpath is recorded for status (jnl_conflict_paths()).
+ * Every chunk of @id below remote_valid must be held (filled: see
+ * jnl_conflict_resolve()). @allow_seq: an op of the node handed out to
+ * the caller (the flusher), dropped with the others; 0 if none.
+ * Errors: -EAGAIN (a chunk below remote_valid is not held, or the base
+ * changed: look again), -ESTALE (not a conflict any more: the base is not
+ * SET, or @st is the base), -EEXIST (@cname is taken here), -EBUSY (the
+ * node cannot be converted: links, a rename or link pending),
+ * -EINPROGRESS (another stream has one of its ops handed out: later),
+ * -ENODATA (only attribute changes are pending: not a conflict, they are
+ * applied to the share's version), -EINVAL, -ENAMETOOLONG, -ENOSPC, -EIO.
+ * On error nothing changed.
+ */
+int jnl_node_conflict(struct jnl *j, jnl_id id, uint64_t seq,
+		      const struct stat *st, const char *cname,
+		      const char *cpath, uint64_t allow_seq, jnl_id *share_id);
+
+/*
+ * Resolve a conflict found on node @id (conflict.c): fill the chunks below
+ * remote_valid the journal does not hold from the share (its current
+ * bytes), choose the conflict name (free in the journal and on the share:
+ * rmt_stat() says -ENOENT), jnl_node_conflict(), and log one warning with
+ * both names. @r: a connection to the share (the caller's; used by this
+ * thread only). @seq, @st, @allow_seq: as jnl_node_conflict(). On success
+ * *share_id (may be NULL) is the node of the share's version.
+ * A conflict that cannot be converted (-EBUSY, -ENAMETOOLONG, -EEXIST:
+ * no free name, -EINVAL) is logged and its node made SENDING
+ * (jnl_node_send_begin() without @st): it is not found again, and the
+ * local version goes on to the share (the last writer wins). So is a node
+ * with only attribute changes pending (-ENODATA, not logged): they are
+ * applied to the share's version.
+ * Errors: as jnl_node_conflict(), the remote's, -ENOSPC.
+ */
+struct rmt;
+int jnl_conflict_resolve(struct jnl *j, struct rmt *r, jnl_id id,
+			 uint64_t seq, const struct stat *st,
+			 uint64_t allow_seq, jnl_id *share_id);
+
+#define JNL_CONFLICTS_KEPT 64
+/* The remote paths of the most recent conflict copies (at most @max, at
+ * most JNL_CONFLICTS_KEPT), newest first, into @paths (PATH_MAX bytes
+ * each); *total (may be NULL) gets the count of conflicts ever recorded in
+ * this journal. Returns the count of paths. */
+int jnl_conflict_paths(struct jnl *j, char (*paths)[PATH_MAX], int max,
+		       uint64_t *total);
 
 /* --- status ------------------------------------------------------------ */
 
@@ -496,6 +635,8 @@ struct jnl_stats {
 	uint64_t write_waits;     /* writes (and fills) that had to wait for
 				     room (see Space), since jnl_open() */
 	uint64_t writers_waiting; /* writes waiting for room now */
+	uint64_t conflicts;       /* conflicts recorded (jnl_node_conflict())
+				     in this journal, ever */
 };
 /* Counters as committed, plus the bytes of writes not committed yet in
  * dirty_bytes (which of those rewrite FLUSHED chunks is known only at the

@@ -16,7 +16,10 @@
  *              remote paths
  *   check.c    jnl_assert_sane(): every invariant of journal.c by full scan
  *   flush.c    the flusher: stream threads that replay ops and send chunks
- *              through remote/ (the only file of journal/ that calls it)
+ *              through remote/
+ *   conflict.c jnl_conflict_resolve(): fills a conflicted node from the
+ *              share, names its copy, converts it (node.c); with flush.c
+ *              the only files of journal/ that call remote/
  *
  * Records are host-endian binary structs with a version field: a journal
  * lives on local disk and is read by the machine that wrote it. Keys are
@@ -28,6 +31,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stddef.h>
 #include <lmdb.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -57,9 +61,11 @@ struct jnl_meta_rec {
 	uint64_t pending_ops; /* records in ops */
 };
 
-#define JNL_NODE_REC_VERSION 1
+#define JNL_NODE_REC_VERSION 2
 /* nodes: id (be64) -> struct jnl_node_rec, then rname, then the symlink
- * target (rname_len and target_len bytes, no NULs) */
+ * target (rname_len and target_len bytes, no NULs). Version 1 records
+ * (JNL_NODE_REC_V1_SIZE bytes, no base fields) are read as version 2 with
+ * no base (JNL_BASE_NONE); every write writes version 2. */
 struct jnl_node_rec {
 	uint16_t version;    /* JNL_NODE_REC_VERSION */
 	uint16_t rname_len;  /* name on the remote, in rparent (LOCAL: the
@@ -82,7 +88,16 @@ struct jnl_node_rec {
 	uint64_t unflushed;  /* chunk records not FLUSHED */
 	uint64_t nops;       /* ops that name this node (jnl_op_nodes) */
 	uint64_t create_seq; /* LOCAL: seq of its pending create op */
+	/* version 2: the remote version the local changes are made against
+	 * (journal.c "CONFLICTS"; imported regular files only) */
+	uint32_t bstate;     /* enum jnl_base */
+	uint32_t bmtime_nsec;
+	int64_t bmtime_sec;
+	uint64_t bsize;
+	uint64_t bseq;       /* bumped at every change of the base fields */
 };
+
+#define JNL_NODE_REC_V1_SIZE offsetof(struct jnl_node_rec, bstate)
 
 /* A node record decoded with its variable tail. */
 struct jnl_nrec {
@@ -328,6 +343,8 @@ struct jnl {
 	jnl_notify_fn notify_fn;         /* jnl_notify_set(); lock */
 	void *notify_arg;                /* lock */
 	char *remote_id;                 /* immutable: cfg->remote_id */
+	_Atomic uint64_t conflict_epoch; /* bumped by every conversion of a
+					    conflict (jnl_node_conflict()) */
 	pthread_t thread;
 };
 
@@ -342,6 +359,14 @@ struct jnl {
  * that returns no call of the old hook is running or will start.
  */
 int jnl_notify_set(struct jnl *j, jnl_notify_fn fn, void *arg);
+
+/* Changes with every conversion of a conflict: the flusher closes the
+ * remote files it keeps open when it moved (a node it had open at its old
+ * name is now elsewhere). */
+static inline uint64_t jnl_conflict_epoch(struct jnl *j)
+{
+	return atomic_load(&j->conflict_epoch);
+}
 
 /* --- errors and write transactions (journal.c) ------------------------- */
 
@@ -438,6 +463,11 @@ struct jnl_pnode {
 /* A node record takes the remote's attributes @st: mode, owner, times,
  * size, nlink, and rvalid (the remote bytes of a regular file). */
 void jnl_rec_take_stat(struct jnl_node_rec *r, const struct stat *st);
+/* The base (journal.h enum jnl_base) becomes @st: SET for a regular file
+ * with one link, else NONE (also for @st NULL); bseq moves (node.c). */
+void jnl_rec_base_set(struct jnl_node_rec *r, const struct stat *st);
+/* Is @st (the remote's attributes now) the base of @r? */
+bool jnl_rec_base_is(const struct jnl_node_rec *r, const struct stat *st);
 /* Read it (takes lock), then merge it into a record read after. */
 void jnl_pend_node_get(struct jnl *j, jnl_id id, struct jnl_pnode *p);
 void jnl_pnode_merge(const struct jnl_pnode *p, struct jnl_node_rec *r);
@@ -449,6 +479,18 @@ int jnl_pend_setattr(struct jnl *j, jnl_id id, unsigned int set,
 /* A setattr of mtime without SIZE: drop the write mtime of @id's marks in
  * pend and committing. txn_lock held (no group commit applies them now). */
 void jnl_pend_mtime_drop(struct jnl *j, jnl_id id);
+/* Begin a write transaction on node @id with nobody else at its records
+ * (data.c): commit_lock, rw exclusive, no mark of @id in pend (with
+ * @commit, @id's marks are committed first; without, -EBUSY if there are
+ * any). End with jnl_quiet_end() after the commit or abort; on error
+ * nothing is held. */
+int jnl_quiet_begin(struct jnl *j, jnl_id id, bool commit, struct jnl_wtx *w);
+void jnl_quiet_end(struct jnl *j);
+/* A conflict copy: every chunk record of @n (LOCAL already: out of
+ * dirtyq) becomes DIRTY with a new generation, so that stale claims and
+ * releases change nothing; -EAGAIN if a chunk below rvalid has no record.
+ * Updates @n (the caller writes it). Inside jnl_quiet_begin(). */
+int jnl_chunks_conflict(struct jnl_wtx *w, jnl_id id, struct jnl_nrec *n);
 /* Apply the marks of @t to the chunk and node records (group commit). */
 int jnl_pend_apply(struct jnl_wtx *w, struct jnl_ptab *t);
 /* @n's claimability changed: put its DIRTY chunks in dirtyq (@in) or take
@@ -485,6 +527,9 @@ int jnl_op_read(struct jnl *j, MDB_txn *txn, uint64_t seq, struct jnl_orec *o);
 int jnl_op_delete(struct jnl_wtx *w, const struct jnl_orec *o);
 /* The distinct nodes an op names (at most 4); returns the count. */
 int jnl_op_nodes(const struct jnl_op_rec *r, jnl_id out[4]);
+
+/* Conflicts recorded so far (node.c; meta "conflicts"). */
+uint64_t jnl_conflicts_count(struct jnl *j, MDB_txn *txn);
 
 /* --- checks and test hooks ------------------------------------------------ */
 

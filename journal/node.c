@@ -66,18 +66,28 @@ int jnl_node_read(struct jnl *j, MDB_txn *txn, jnl_id id, struct jnl_nrec *n)
 	const unsigned char *p;
 	int rc;
 
+	size_t head = sizeof(n->r);
+
 	jnl_be64_put(kb, id);
 	rc = mdb_get(txn, j->db_nodes, &k, &v);
 	if (rc)
 		return jnl_mdb(j, rc);
-	if (v.mv_size < sizeof(n->r))
+	if (v.mv_size < JNL_NODE_REC_V1_SIZE)
 		goto bad;
-	memcpy(&n->r, v.mv_data, sizeof(n->r));
-	if (n->r.version != JNL_NODE_REC_VERSION || n->r.rname_len > NAME_MAX ||
-	    n->r.target_len >= PATH_MAX ||
-	    v.mv_size != sizeof(n->r) + n->r.rname_len + n->r.target_len)
+	memset(&n->r, 0, sizeof(n->r));
+	memcpy(&n->r, v.mv_data, JNL_NODE_REC_V1_SIZE);
+	if (n->r.version == 1) /* no base: JNL_BASE_NONE */
+		head = JNL_NODE_REC_V1_SIZE;
+	else if (n->r.version == JNL_NODE_REC_VERSION &&
+		 v.mv_size >= sizeof(n->r))
+		memcpy(&n->r, v.mv_data, sizeof(n->r));
+	else
 		goto bad;
-	p = (const unsigned char *)v.mv_data + sizeof(n->r);
+	if (n->r.rname_len > NAME_MAX || n->r.target_len >= PATH_MAX ||
+	    v.mv_size != head + n->r.rname_len + n->r.target_len)
+		goto bad;
+	n->r.version = JNL_NODE_REC_VERSION;
+	p = (const unsigned char *)v.mv_data + head;
 	memcpy(n->rname, p, n->r.rname_len);
 	n->rname[n->r.rname_len] = 0;
 	memcpy(n->target, p + n->r.rname_len, n->r.target_len);
@@ -163,6 +173,28 @@ void jnl_rec_take_stat(struct jnl_node_rec *r, const struct stat *st)
 	r->size = (uint64_t)st->st_size;
 	r->nlink = st->st_nlink ? (uint64_t)st->st_nlink : 1;
 	r->rvalid = S_ISREG(st->st_mode) ? (uint64_t)st->st_size : 0;
+}
+
+void jnl_rec_base_set(struct jnl_node_rec *r, const struct stat *st)
+{
+	r->bseq++;
+	if (!st || !S_ISREG(st->st_mode) || st->st_nlink > 1) {
+		r->bstate = JNL_BASE_NONE; /* not tracked (journal.h) */
+		return;
+	}
+	r->bstate = JNL_BASE_SET;
+	r->bsize = (uint64_t)st->st_size;
+	ts_set(&r->bmtime_sec, &r->bmtime_nsec, &st->st_mtim);
+}
+
+bool jnl_rec_base_is(const struct jnl_node_rec *r, const struct stat *st)
+{
+	return r->bsize == (uint64_t)st->st_size &&
+	       r->bmtime_sec == (int64_t)st->st_mtim.tv_sec &&
+	       r->bmtime_nsec == (uint32_t)st->st_mtim.tv_nsec &&
+	       (!r->base_ino || (r->base_ino == (uint64_t)st->st_ino &&
+				 r->base_dev == (uint64_t)st->st_dev)) &&
+	       S_ISREG(st->st_mode);
 }
 
 static void touch(struct jnl_node_rec *r, bool mtime)
@@ -366,6 +398,11 @@ static void to_public(jnl_id id, const struct jnl_node_rec *r,
 	out->base_dev = r->base_dev;
 	out->base_ino = r->base_ino;
 	out->rparent = r->rparent;
+	out->base = (enum jnl_base)r->bstate;
+	out->base_size = r->bsize;
+	ts_get(&out->base_mtime, r->bmtime_sec, r->bmtime_nsec);
+	out->base_seq = r->bseq;
+	out->remote_valid = r->rvalid;
 }
 
 int jnl_node_get(struct jnl *j, jnl_id id, struct jnl_node *out)
@@ -634,6 +671,7 @@ int jnl_node_import(struct jnl *j, jnl_id parent, const char *name,
 	jnl_rec_take_stat(&n->r, st);
 	n->r.base_dev = (uint64_t)st->st_dev;
 	n->r.base_ino = (uint64_t)st->st_ino;
+	jnl_rec_base_set(&n->r, st);
 	n->r.rparent = parent;
 	n->r.mparent = parent;
 	snprintf(n->rname, sizeof(n->rname), "%s", name);
@@ -1252,4 +1290,445 @@ out_unlock:
 		pthread_mutex_unlock(&j->commit_lock);
 	}
 	return rc;
+}
+
+/* --- conflicts (journal.h "Conflicts"; journal.c "CONFLICTS") ------------- */
+
+int jnl_node_send_begin(struct jnl *j, jnl_id id, uint64_t seq,
+			const struct jnl_chunk_ref *c, const struct stat *st)
+{
+	struct jnl_nrec *n = malloc(sizeof(*n));
+	struct jnl_chunk_rec cr;
+	struct jnl_wtx w;
+	int rc;
+
+	if (!n)
+		return -ENOMEM;
+	rc = jnl_wtx_begin(j, &w, false);
+	if (rc)
+		goto out_free;
+	rc = jnl_node_read(j, w.txn, id, n);
+	if (!rc && c) {
+		rc = jnl_chunk_get(j, w.txn, c->id, c->index, &cr);
+		if (!rc && (cr.state != JNL_CHUNK_INFLIGHT ||
+			    cr.claim_gen != c->generation))
+			rc = -ENOENT; /* stale: a conversion took it back */
+	}
+	if (rc)
+		goto out_abort;
+	if (n->r.bstate == JNL_BASE_NONE) {
+		/* not tracked; LOCAL: converted meanwhile (its ops went) */
+		rc = (n->r.flags & JNL_NODE_LOCAL) ? -ENOENT : 0;
+		goto out_abort;
+	}
+	if (n->r.bstate == JNL_BASE_SENDING)
+		goto out_abort; /* rc 0: sending already */
+	if (n->r.bseq != seq) {
+		rc = -EAGAIN;
+		goto out_abort;
+	}
+	if (st && !jnl_rec_base_is(&n->r, st)) {
+		rc = -EXDEV;
+		goto out_abort;
+	}
+	n->r.bstate = JNL_BASE_SENDING;
+	n->r.bseq++;
+	rc = jnl_node_write(j, w.txn, id, n);
+	if (rc)
+		goto out_abort;
+	/* durable before the first byte goes: after a crash the remote
+	 * attributes changed by our own writes are never taken for
+	 * another writer's */
+	w.sync = true;
+	rc = jnl_wtx_commit(&w);
+	goto out_free;
+
+out_abort:
+	jnl_wtx_abort(&w);
+out_free:
+	free(n);
+	return rc;
+}
+
+int jnl_node_send_done(struct jnl *j, jnl_id id, uint64_t size,
+		       const struct timespec *mtime)
+{
+	struct jnl_nrec *n = malloc(sizeof(*n));
+	struct jnl_wtx w;
+	int rc;
+
+	if (!n)
+		return -ENOMEM;
+	rc = jnl_wtx_begin(j, &w, false);
+	if (rc)
+		goto out_free;
+	rc = jnl_node_read(j, w.txn, id, n);
+	if (rc || n->r.bstate == JNL_BASE_NONE) {
+		jnl_wtx_abort(&w);
+		goto out_free;
+	}
+	n->r.bstate = JNL_BASE_SET;
+	n->r.bsize = size;
+	ts_set(&n->r.bmtime_sec, &n->r.bmtime_nsec, mtime);
+	n->r.bseq++;
+	rc = jnl_node_write(j, w.txn, id, n);
+	if (rc)
+		jnl_wtx_abort(&w);
+	else
+		rc = jnl_wtx_commit(&w);
+out_free:
+	free(n);
+	return rc;
+}
+
+/* The ops naming @id: all SETATTR or FINISH (-EBUSY otherwise), none
+ * handed out but @allow_seq (-EINPROGRESS otherwise). Caller frees
+ * *out. */
+static int conflict_ops(struct jnl_wtx *w, jnl_id id, uint64_t allow_seq,
+			struct jnl_orec **out, size_t *count)
+{
+	struct jnl *j = w->j;
+	struct jnl_orec *v = NULL;
+	size_t cap = 0;
+	MDB_cursor *c;
+	MDB_val k, val;
+	int rc;
+
+	*out = NULL;
+	*count = 0;
+	rc = mdb_cursor_open(w->txn, j->db_ops, &c);
+	if (rc)
+		return jnl_mdb(j, rc);
+	for (rc = mdb_cursor_get(c, &k, &val, MDB_FIRST); !rc;
+	     rc = mdb_cursor_get(c, &k, &val, MDB_NEXT)) {
+		struct jnl_orec o;
+		jnl_id ids[4];
+		int nids;
+		bool mine = false;
+
+		if (k.mv_size != 8) {
+			rc = MDB_CORRUPTED;
+			break;
+		}
+		rc = jnl_op_read(j, w->txn, jnl_be64_get(k.mv_data), &o);
+		if (rc)
+			break;
+		nids = jnl_op_nodes(&o.r, ids);
+		for (int i = 0; i < nids; i++)
+			mine = mine || ids[i] == id;
+		if (!mine)
+			continue;
+		if (o.r.type != JNL_OP_SETATTR && o.r.type != JNL_OP_FINISH) {
+			rc = -EBUSY;
+			break;
+		}
+		if (o.seq != allow_seq && is_handed(j, o.seq)) {
+			rc = -EINPROGRESS; /* a stream replays it: later */
+			break;
+		}
+		if (*count == cap) {
+			struct jnl_orec *nv;
+
+			cap = cap ? cap * 2 : 8;
+			nv = realloc(v, cap * sizeof(*v));
+			if (!nv) {
+				rc = -ENOMEM;
+				break;
+			}
+			v = nv;
+		}
+		v[(*count)++] = o;
+	}
+	mdb_cursor_close(c);
+	if (rc == MDB_NOTFOUND)
+		rc = 0;
+	else if (rc > 0 || rc < -4096)
+		rc = jnl_mdb(j, rc);
+	if (rc) {
+		free(v);
+		*count = 0;
+		return rc;
+	}
+	*out = v;
+	return 0;
+}
+
+static int meta_u64(struct jnl_wtx *w, const char *key, uint64_t *v)
+{
+	MDB_val k = { strlen(key), (void *)key }, val;
+	int rc = mdb_get(w->txn, w->j->db_meta, &k, &val);
+
+	*v = 0;
+	if (rc == MDB_NOTFOUND)
+		return 0;
+	if (rc)
+		return jnl_mdb(w->j, rc);
+	if (val.mv_size != sizeof(*v))
+		return jnl_fail(w->j, -EIO);
+	memcpy(v, val.mv_data, sizeof(*v));
+	return 0;
+}
+
+/* meta "conflict" + be64(n) -> the path of conflict copy n (1..) */
+static void conflict_key(unsigned char kb[16], uint64_t n)
+{
+	memcpy(kb, "conflict", 8);
+	jnl_be64_put(kb + 8, n);
+}
+
+/* Count a conflict and keep its path, dropping the one that falls out of
+ * the JNL_CONFLICTS_KEPT most recent. */
+static int conflict_record(struct jnl_wtx *w, const char *cpath)
+{
+	struct jnl *j = w->j;
+	unsigned char kb[16];
+	MDB_val k = { 9, "conflicts" }, v;
+	uint64_t total;
+	int rc = meta_u64(w, "conflicts", &total);
+
+	if (rc)
+		return rc;
+	total++;
+	v.mv_size = sizeof(total);
+	v.mv_data = &total;
+	rc = jnl_mdb(j, mdb_put(w->txn, j->db_meta, &k, &v, 0));
+	if (rc)
+		return rc;
+	conflict_key(kb, total);
+	k.mv_size = 16;
+	k.mv_data = kb;
+	v.mv_size = strlen(cpath);
+	v.mv_data = (void *)cpath;
+	rc = jnl_mdb(j, mdb_put(w->txn, j->db_meta, &k, &v, 0));
+	if (rc || total <= JNL_CONFLICTS_KEPT)
+		return rc;
+	conflict_key(kb, total - JNL_CONFLICTS_KEPT);
+	rc = mdb_del(w->txn, j->db_meta, &k, NULL);
+	return rc == MDB_NOTFOUND ? 0 : jnl_mdb(j, rc);
+}
+
+static int import_del(struct jnl_wtx *w, uint64_t dev, uint64_t ino, jnl_id id)
+{
+	struct jnl_key16 kk = jnl_key16(dev, ino);
+	MDB_val k = { 16, kk.b }, v;
+	int rc = mdb_get(w->txn, w->j->db_imports, &k, &v);
+
+	if (rc == MDB_NOTFOUND)
+		return 0;
+	if (rc)
+		return jnl_mdb(w->j, rc);
+	if (v.mv_size != 8 || jnl_be64_get(v.mv_data) != id)
+		return 0; /* another node's */
+	return jnl_mdb(w->j, mdb_del(w->txn, w->j->db_imports, &k, NULL));
+}
+
+/*
+ * The conversion (journal.h jnl_node_conflict()). One transaction: node X
+ * becomes the conflict copy (LOCAL, CONFLICT, at @cname, its chunks DIRTY,
+ * a CREATE op, its SETATTR/FINISH ops dropped), node S (new) the share's
+ * version at X's old name.
+ */
+int jnl_node_conflict(struct jnl *j, jnl_id id, uint64_t seq,
+		      const struct stat *st, const char *cname,
+		      const char *cpath, uint64_t allow_seq, jnl_id *share_id)
+{
+	struct jnl_orec *ops = NULL, o;
+	struct jnl_nrec *x, *p, *sn;
+	struct jnl_dval d;
+	struct jnl_wtx w;
+	struct nset *s = NULL;
+	size_t nops = 0;
+	char oldname[NAME_MAX + 1];
+	jnl_id parent, sid;
+	uint64_t cseq;
+	int rc;
+
+	if (share_id)
+		*share_id = 0;
+	rc = jnl_name_check(cname);
+	if (rc)
+		return rc;
+	if (!st || !cpath)
+		return -EINVAL;
+	rc = jnl_quiet_begin(j, id, true, &w);
+	if (rc)
+		return rc;
+	s = nset_alloc(&w);
+	if (!s) {
+		rc = -ENOMEM;
+		goto out_abort;
+	}
+	rc = nset_get(s, id, &x);
+	if (rc)
+		goto out_abort;
+	if (x->r.bstate != JNL_BASE_SET || jnl_rec_base_is(&x->r, st) ||
+	    !S_ISREG(x->r.mode) ||
+	    (x->r.flags & (JNL_NODE_LOCAL | JNL_NODE_UNLINKED))) {
+		rc = -ESTALE; /* not (or no longer) a conflict */
+		goto out_abort;
+	}
+	if (x->r.bseq != seq) {
+		rc = -EAGAIN;
+		goto out_abort;
+	}
+	if (!x->r.unflushed && x->r.size == x->r.bsize &&
+	    x->r.rvalid == x->r.bsize) {
+		rc = -ENODATA; /* attributes only: applied to the share's */
+		goto out_abort;
+	}
+	parent = x->r.rparent;
+	if (x->r.nlink != 1 || !parent || parent != x->r.mparent) {
+		rc = -EBUSY;
+		goto out_abort;
+	}
+	snprintf(oldname, sizeof(oldname), "%s", x->rname);
+	rc = jnl_dentry_get(j, w.txn, parent, oldname, &d);
+	if (rc == -ENOENT || (!rc && d.id != id))
+		rc = -EBUSY; /* named elsewhere in the merged view */
+	if (rc)
+		goto out_abort;
+	rc = jnl_dentry_get(j, w.txn, parent, cname, &d);
+	if (!rc)
+		rc = -EEXIST; /* a name, or a whiteout: the remote has it */
+	if (rc != -ENOENT)
+		goto out_abort;
+	rc = dir_get(s, parent, &p);
+	if (!rc)
+		rc = conflict_ops(&w, id, allow_seq, &ops, &nops);
+	if (rc)
+		goto out_abort;
+
+	/* X: the conflict copy, created here */
+	rc = import_del(&w, x->r.base_dev, x->r.base_ino, id);
+	if (rc)
+		goto out_abort;
+	rc = jnl_chunks_enqueue(&w, id, x, false); /* out of dirtyq */
+	if (rc)
+		goto out_abort;
+	x->r.flags |= JNL_NODE_LOCAL | JNL_NODE_CONFLICT;
+	x->r.flags &= ~(uint32_t)JNL_NODE_SIZE_SET;
+	rc = jnl_chunks_conflict(&w, id, x);
+	if (rc)
+		goto out_abort;
+	x->r.base_dev = x->r.base_ino = 0;
+	x->r.rvalid = 0;
+	x->r.rparent = 0;
+	x->r.bstate = JNL_BASE_NONE;
+	x->r.bsize = 0;
+	x->r.bmtime_sec = 0;
+	x->r.bmtime_nsec = 0;
+	x->r.bseq++;
+	snprintf(x->rname, sizeof(x->rname), "%s", cname);
+	touch(&x->r, false);
+
+	/* S: the share's version, a fresh import at the old name */
+	sid = w.m.next_id++;
+	w.m_dirty = true;
+	sn = nset_new(s, sid);
+	jnl_rec_take_stat(&sn->r, st);
+	sn->r.base_dev = (uint64_t)st->st_dev;
+	sn->r.base_ino = (uint64_t)st->st_ino;
+	jnl_rec_base_set(&sn->r, st);
+	sn->r.rparent = parent;
+	sn->r.mparent = parent;
+	snprintf(sn->rname, sizeof(sn->rname), "%s", oldname);
+	touch(&p->r, true);
+
+	rc = jnl_dentry_put(j, w.txn, parent, oldname, sid, 0);
+	if (!rc && st->st_ino)
+		rc = import_put(&w, st, sid);
+	if (!rc)
+		rc = jnl_dentry_put(j, w.txn, parent, cname, id, 0);
+	if (!rc)
+		rc = nset_write(s);
+	for (size_t i = 0; i < nops && !rc; i++)
+		rc = jnl_op_delete(&w, &ops[i]);
+	if (rc)
+		goto out_abort;
+	/* its create: the node record is read again by the append */
+	rc = jnl_node_read(j, w.txn, id, x);
+	if (rc)
+		goto out_abort;
+	x->r.create_seq = w.m.next_seq; /* jnl_op_append() takes it */
+	rc = jnl_node_write(j, w.txn, id, x);
+	if (rc)
+		goto out_abort;
+	memset(&o, 0, sizeof(o));
+	o.r.type = JNL_OP_CREATE;
+	o.r.id = id;
+	o.r.parent = parent;
+	snprintf(o.name, sizeof(o.name), "%s", cname);
+	rc = jnl_op_append(&w, &o, &cseq);
+	if (!rc)
+		rc = conflict_record(&w, cpath);
+	if (rc)
+		goto out_abort;
+	rc = jnl_wtx_commit(&w);
+	if (!rc) {
+		/* the ops went: none is handed out any more */
+		pthread_mutex_lock(&j->lock);
+		for (size_t i = 0; i < nops; i++)
+			jnl_u64set_del(&j->handed, ops[i].seq);
+		pthread_mutex_unlock(&j->lock);
+		atomic_fetch_add(&j->conflict_epoch, 1);
+		if (share_id)
+			*share_id = sid;
+	}
+	jnl_quiet_end(j);
+	free(ops);
+	free(s);
+	return rc;
+
+out_abort:
+	jnl_wtx_abort(&w);
+	jnl_quiet_end(j);
+	free(ops);
+	free(s);
+	return rc;
+}
+
+int jnl_conflict_paths(struct jnl *j, char (*paths)[PATH_MAX], int max,
+		       uint64_t *total)
+{
+	struct jnl_wtx w; /* only w.j and w.txn: meta_u64() */
+	uint64_t t = 0;
+	int count = 0, rc;
+
+	memset(&w, 0, sizeof(w));
+	w.j = j;
+	rc = jnl_rtx_begin(j, &w.txn);
+	if (rc)
+		return rc;
+	rc = meta_u64(&w, "conflicts", &t);
+	for (uint64_t n = t; !rc && n > 0 && count < max &&
+			     n + JNL_CONFLICTS_KEPT > t;
+	     n--) {
+		unsigned char kb[16];
+		MDB_val k = { 16, kb }, v;
+
+		conflict_key(kb, n);
+		if (mdb_get(w.txn, j->db_meta, &k, &v))
+			continue;
+		if (v.mv_size >= PATH_MAX)
+			v.mv_size = PATH_MAX - 1;
+		memcpy(paths[count], v.mv_data, v.mv_size);
+		paths[count][v.mv_size] = 0;
+		count++;
+	}
+	jnl_rtx_end(j);
+	if (total)
+		*total = t;
+	return rc ? rc : count;
+}
+
+uint64_t jnl_conflicts_count(struct jnl *j, MDB_txn *txn)
+{
+	struct jnl_wtx w;
+	uint64_t t = 0;
+
+	memset(&w, 0, sizeof(w));
+	w.j = j;
+	w.txn = txn;
+	meta_u64(&w, "conflicts", &t);
+	return t;
 }

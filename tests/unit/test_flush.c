@@ -16,6 +16,7 @@
  * SIGKILL at a random moment (the seed is printed). TEST_FILTER=pattern
  * in the environment runs only the matching cases.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -1649,6 +1650,116 @@ static void test_flush__small_files_while_flushing(void **state)
 	free(b);
 }
 
+/* The name of the one conflict copy of @name on the share ("" if none). */
+static void conflict_copy(const struct fx *fx, const char *name, char *out,
+			  size_t size)
+{
+	DIR *d = opendir(fx->rdir);
+	struct dirent *e;
+	size_t n = strlen(name);
+	int found = 0;
+
+	assert_non_null(d);
+	out[0] = 0;
+	while ((e = readdir(d)))
+		if (!strncmp(e->d_name, name, n) &&
+		    !strncmp(e->d_name + n, ".conflict-", 10)) {
+			snprintf(out, size, "%s", e->d_name);
+			found++;
+		}
+	closedir(d);
+	assert_true(found <= 1);
+}
+
+/* Another writer changed an imported file before the flusher wrote it:
+ * the flusher finds it before its first write; the share's version keeps
+ * the name, the local one (the chunk written here over the share's
+ * bytes) goes to NAME.conflict-*. */
+static void test_flush__conflict_found_before_the_first_write(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_flush_config c = config(fx, 2, NULL);
+	size_t rlen = 3 * MiB + MiB / 2, slen = 2 * MiB;
+	unsigned char *orig = pattern_new(rlen, 6), *other = pattern_new(slen, 8);
+	unsigned char *want = calloc(1, rlen), x[1000];
+	struct timespec ts[2] = { { 1500000000, 1 }, { 1500000000, 1 } };
+	char p[PATH_MAX], copy[NAME_MAX + 1];
+	struct jnl_node n;
+	jnl_id f, id;
+	bool wh;
+
+	assert_non_null(want);
+	host_write(fx, "c.bin", orig, rlen);
+	f = import(fx, JNL_ROOT, "c.bin", "c.bin");
+	memset(x, 'a', sizeof(x));
+	write_filled(fx, f, orig, rlen, x, sizeof(x), MiB + 100);
+	/* the local version: chunk 1 (filled from the base, then written),
+	 * the rest is the share's new content, zeros past its end */
+	memcpy(want, other, slen);
+	memcpy(want + MiB, orig + MiB, MiB);
+	memcpy(want + MiB + 100, x, sizeof(x));
+	host_write(fx, "c.bin", other, slen);
+	host_path(p, sizeof(p), fx, "c.bin");
+	assert_int_equal(utimensat(AT_FDCWD, p, ts, 0), 0);
+
+	flush_all(fx, &c, NULL);
+	conflict_copy(fx, "c.bin", copy, sizeof(copy));
+	assert_true(copy[0]);
+	assert_rc_ok(jnl_lookup(fx->j, JNL_ROOT, copy, &id, &wh));
+	assert_int_equal(id, f);
+	check_file(fx, copy, f, want, rlen);
+	assert_rc_ok(jnl_lookup(fx->j, JNL_ROOT, "c.bin", &id, &wh));
+	assert_true(id != f);
+	check_file(fx, "c.bin", id, other, slen);
+	assert_rc_ok(jnl_node_get(fx->j, f, &n));
+	assert_true(n.flags & JNL_NODE_CONFLICT);
+	assert_int_equal(jstats(fx->j).conflicts, 1);
+	assert_int_equal(jstats(fx->j).pending_ops, 0);
+	jnl_assert_sane(fx->j);
+	free(orig);
+	free(other);
+	free(want);
+}
+
+/* Our own flushes never look like another writer: write, flush, rewrite
+ * in part and whole, flush again; reopen in between. */
+static void test_flush__no_conflict_with_our_own_writes(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_flush_config c = config(fx, 3, NULL);
+	size_t rlen = 2 * MiB + 10;
+	unsigned char *orig = pattern_new(rlen, 2), *want = malloc(rlen);
+	unsigned char x[3000];
+	char copy[NAME_MAX + 1];
+	jnl_id f;
+
+	assert_non_null(want);
+	host_write(fx, "n.bin", orig, rlen);
+	f = import(fx, JNL_ROOT, "n.bin", "n.bin");
+	memcpy(want, orig, rlen);
+	for (int round = 0; round < 4; round++) {
+		memset(x, 'a' + round, sizeof(x));
+		write_filled(fx, f, want, rlen, x, sizeof(x),
+			     (off_t)(round * 600000));
+		memcpy(want + round * 600000, x, sizeof(x));
+		if (round == 2) { /* rewritten whole */
+			assert_rc_ok(jnl_setattr(fx->j, f, JNL_SET_SIZE,
+				&(struct jnl_node){ .size = 0 }));
+			pattern(want, rlen, 40, 0);
+			write_all(fx->j, f, want, rlen, 0);
+		}
+		flush_all(fx, &c, NULL);
+		check_file(fx, "n.bin", f, want, rlen);
+		reopen_bounded(fx, 0, 0);
+	}
+	conflict_copy(fx, "n.bin", copy, sizeof(copy));
+	assert_string_equal(copy, "");
+	assert_int_equal(jstats(fx->j).conflicts, 0);
+	jnl_assert_sane(fx->j);
+	free(orig);
+	free(want);
+}
+
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
 
 int main(void)
@@ -1661,6 +1772,8 @@ int main(void)
 		T(test_flush__tree_reaches_the_remote),
 		T(test_flush__big_file_is_split_across_streams),
 		T(test_flush__imported_file_partial_overwrite),
+		T(test_flush__conflict_found_before_the_first_write),
+		T(test_flush__no_conflict_with_our_own_writes),
 		T(test_flush__replay_is_idempotent),
 		T(test_flush__permanent_error_drops_the_op),
 		T(test_flush__refused_chunk_is_parked),

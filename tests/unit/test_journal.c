@@ -2054,6 +2054,318 @@ static void test_journal__truncate_is_durable_before_bytes_go(void **state)
 	assert_memory_equal(got, want, 10);
 }
 
+/* --- conflicts (journal.h "Conflicts") --------------------------------- */
+
+static struct stat remote_st(uint64_t ino, off_t size, time_t sec, long nsec)
+{
+	struct stat st;
+
+	memset(&st, 0, sizeof(st));
+	st.st_dev = 42;
+	st.st_ino = ino;
+	st.st_mode = S_IFREG | 0644;
+	st.st_nlink = 1;
+	st.st_size = size;
+	st.st_mtim.tv_sec = sec;
+	st.st_mtim.tv_nsec = nsec;
+	return st;
+}
+
+static struct jnl_node node_of(struct jnl *j, jnl_id id)
+{
+	struct jnl_node n;
+
+	assert_rc_ok(jnl_node_get(j, id, &n));
+	return n;
+}
+
+/* The base: set at import and refresh (regular files with one link only),
+ * SET -> SENDING only while the remote is the base, SENDING -> SET at
+ * FINISH with its values; stale looks and stale claims are refused. */
+static void test_journal__conflict_base_tracking(void **state)
+{
+	struct fx *fx = *state;
+	struct stat st = remote_st(60, 100, 1000000000, 5), other;
+	struct timespec mt = { 1600000000, 123456789 };
+	struct jnl_chunk_ref c[4];
+	struct jnl_node n;
+	uint64_t seq;
+	jnl_id f, h, l, d;
+
+	assert_rc_ok(jnl_node_import(fx->j, JNL_ROOT, "f", &st, &f));
+	n = node_of(fx->j, f);
+	assert_int_equal(n.base, JNL_BASE_SET);
+	assert_int_equal(n.base_size, 100);
+	assert_int_equal(n.base_mtime.tv_sec, 1000000000);
+	assert_int_equal(n.base_mtime.tv_nsec, 5);
+	assert_int_equal(n.remote_valid, 100);
+	/* not tracked: hard links, created here, directories */
+	h = import_n(fx->j, JNL_ROOT, "h", S_IFREG | 0644, 61, 10, 2);
+	assert_int_equal(node_of(fx->j, h).base, JNL_BASE_NONE);
+	l = mk_file(fx->j, JNL_ROOT, "l");
+	assert_int_equal(node_of(fx->j, l).base, JNL_BASE_NONE);
+	d = import(fx->j, JNL_ROOT, "d", S_IFDIR | 0755, 62, 0);
+	assert_int_equal(node_of(fx->j, d).base, JNL_BASE_NONE);
+	assert_rc_err(jnl_node_send_begin(fx->j, l, 0, NULL, &st), ENOENT);
+	assert_rc_ok(jnl_node_send_begin(fx->j, h, 0, NULL, &st));
+
+	/* the remote is not the base: a conflict, nothing changed */
+	seq = node_of(fx->j, f).base_seq;
+	other = remote_st(60, 100, 1000000000, 6); /* 1 ns later */
+	assert_rc_err(jnl_node_send_begin(fx->j, f, seq, NULL, &other), EXDEV);
+	other = remote_st(63, 100, 1000000000, 5); /* another object */
+	assert_rc_err(jnl_node_send_begin(fx->j, f, seq, NULL, &other), EXDEV);
+	assert_int_equal(node_of(fx->j, f).base, JNL_BASE_SET);
+	/* a look older than the base: again */
+	assert_rc_err(jnl_node_send_begin(fx->j, f, seq + 1, NULL, &st), EAGAIN);
+	/* the base: SENDING, with a new seq, durable */
+	assert_rc_ok(jnl_node_send_begin(fx->j, f, seq, NULL, &st));
+	n = node_of(fx->j, f);
+	assert_int_equal(n.base, JNL_BASE_SENDING);
+	assert_true(n.base_seq != seq);
+	/* SENDING: our own writes move the remote, nothing is compared */
+	other = remote_st(60, 7, 1, 0);
+	assert_rc_ok(jnl_node_send_begin(fx->j, f, 0, NULL, &other));
+	reopen(fx);
+	assert_int_equal(node_of(fx->j, f).base, JNL_BASE_SENDING);
+	/* FINISH applied: the base is what it set */
+	assert_rc_ok(jnl_node_send_done(fx->j, f, 4096, &mt));
+	n = node_of(fx->j, f);
+	assert_int_equal(n.base, JNL_BASE_SET);
+	assert_int_equal(n.base_size, 4096);
+	assert_int_equal(n.base_mtime.tv_sec, mt.tv_sec);
+	assert_int_equal(n.base_mtime.tv_nsec, mt.tv_nsec);
+	assert_rc_ok(jnl_node_send_done(fx->j, l, 1, &mt)); /* untracked */
+	assert_int_equal(node_of(fx->j, l).base, JNL_BASE_NONE);
+
+	/* a refresh (nothing pending) takes the remote as the base */
+	other = remote_st(60, 55, 1700000000, 1);
+	assert_rc_ok(jnl_node_refresh(fx->j, f, &other));
+	n = node_of(fx->j, f);
+	assert_int_equal(n.base, JNL_BASE_SET);
+	assert_int_equal(n.base_size, 55);
+	assert_int_equal(n.base_mtime.tv_sec, 1700000000);
+
+	/* a claim of the chunk is checked with it */
+	write_pattern(fx->j, f, 0, CS, 3);
+	assert_rc_ok(jnl_sync(fx->j));
+	assert_int_equal(jnl_chunk_claim(fx->j, c, 4), 1);
+	c[0].generation++; /* not this claim */
+	seq = node_of(fx->j, f).base_seq;
+	assert_rc_err(jnl_node_send_begin(fx->j, f, seq, &c[0], &other),
+		      ENOENT);
+	c[0].generation--;
+	assert_rc_ok(jnl_node_send_begin(fx->j, f, seq, &c[0], &other));
+	assert_rc_ok(jnl_chunk_release(fx->j, &c[0], true, sha));
+	jnl_assert_sane(fx->j);
+
+	/* a version 1 record (an older ferryfs: no base) reads as not
+	 * tracked, and is written back as version 2 */
+	{
+		unsigned char kb[8], rec[sizeof(struct jnl_node_rec) + 64];
+		MDB_val k = { 8, kb }, v;
+		struct jnl_node_rec r;
+		struct jnl_wtx w;
+		size_t tail;
+
+		assert_rc_ok(jnl_wtx_begin(fx->j, &w, false));
+		jnl_be64_put(kb, f);
+		assert_int_equal(mdb_get(w.txn, fx->j->db_nodes, &k, &v), 0);
+		tail = v.mv_size - sizeof(r);
+		assert_true(tail <= 64);
+		memcpy(&r, v.mv_data, sizeof(r));
+		r.version = 1;
+		memcpy(rec, &r, JNL_NODE_REC_V1_SIZE);
+		memcpy(rec + JNL_NODE_REC_V1_SIZE,
+		       (const char *)v.mv_data + sizeof(r), tail);
+		v.mv_data = rec;
+		v.mv_size = JNL_NODE_REC_V1_SIZE + tail;
+		assert_int_equal(mdb_put(w.txn, fx->j->db_nodes, &k, &v, 0), 0);
+		assert_rc_ok(jnl_wtx_commit(&w));
+		n = node_of(fx->j, f);
+		assert_int_equal(n.base, JNL_BASE_NONE);
+		assert_int_equal(n.size, CS);
+		assert_rpath(fx->j, f, "f");
+		assert_rc_ok(jnl_setattr(fx->j, f, JNL_SET_MODE, &n));
+		reopen(fx);
+		assert_int_equal(node_of(fx->j, f).base, JNL_BASE_NONE);
+	}
+}
+
+/* The conversion: one transaction, the local version under the conflict
+ * name as a node created here (every byte held, chunks DIRTY, its
+ * SETATTR dropped, a CREATE appended), the share's version at the old
+ * name; stale claims change nothing; it survives a reopen. */
+static void test_journal__conflict_conversion(void **state)
+{
+	struct fx *fx = *state;
+	uint64_t size = 3 * CS + 100;
+	struct stat st = remote_st(70, (off_t)size, 1000000000, 0);
+	struct stat now = remote_st(70, 50, 1000000100, 0);
+	unsigned char *local = malloc(4 * CS), *buf = malloc(4 * CS);
+	char paths[2][PATH_MAX];
+	struct jnl_chunk_ref c[8];
+	struct jnl_op ops[8];
+	struct jnl_node n, a = attr(0600);
+	uint64_t seq, total;
+	jnl_id f, sid, id, other, taken;
+	bool wh;
+	int k;
+
+	assert_non_null(local);
+	assert_non_null(buf);
+	assert_rc_ok(jnl_node_import(fx->j, JNL_ROOT, "f", &st, &f));
+	pattern(local, size, 9); /* the base */
+	assert_rc_ok(jnl_chunk_fill(fx->j, f, 0, local, CS));
+	assert_int_equal(jnl_write(fx->j, f, "hello", 5, 10), 5);
+	memcpy(local + 10, "hello", 5);
+	assert_rc_ok(jnl_setattr(fx->j, f, JNL_SET_MODE, &a));
+	assert_rc_ok(jnl_sync(fx->j));
+	/* the flusher claimed the written chunk */
+	assert_int_equal(jnl_chunk_claim(fx->j, c, 8), 1);
+	seq = node_of(fx->j, f).base_seq;
+
+	/* not a conflict: the remote is the base */
+	assert_rc_err(jnl_node_conflict(fx->j, f, seq, &st, "f.c", "f.c", 0,
+					&sid), ESTALE);
+	/* chunks 1-3 hold remote bytes the journal does not have */
+	assert_rc_err(jnl_node_conflict(fx->j, f, seq, &now, "f.c", "f.c", 0,
+					&sid), EAGAIN);
+	/* a stale look */
+	assert_rc_err(jnl_node_conflict(fx->j, f, seq + 1, &now, "f.c", "f.c",
+					0, &sid), EAGAIN);
+	/* the fill (jnl_conflict_resolve() reads the share's bytes now) */
+	pattern(local + CS, 3 * CS, 11);
+	for (k = 1; k < 4; k++)
+		assert_rc_ok(jnl_chunk_fill(fx->j, f, (uint64_t)k,
+					    local + k * CS,
+					    k < 3 ? CS : 100));
+	/* the name is taken here */
+	taken = mk_file(fx->j, JNL_ROOT, "taken");
+	assert_rc_err(jnl_node_conflict(fx->j, f, seq, &now, "taken", "taken",
+					0, &sid), EEXIST);
+	assert_rc_ok(jnl_node_conflict(fx->j, f, seq, &now, "f.c", "d/f.c", 0,
+				       &sid));
+	jnl_assert_sane(fx->j);
+
+	/* the old name: the share's version, a fresh import with nothing
+	 * pending */
+	assert_rc_ok(jnl_lookup(fx->j, JNL_ROOT, "f", &id, &wh));
+	assert_int_equal(id, sid);
+	n = node_of(fx->j, sid);
+	assert_int_equal(n.size, 50);
+	assert_int_equal(n.base, JNL_BASE_SET);
+	assert_int_equal(n.base_ino, 70);
+	assert_false(n.flags & (JNL_NODE_LOCAL | JNL_NODE_DATA));
+	assert_int_equal(n.pending_ops, 0);
+	assert_int_equal(n.unflushed, 0);
+	assert_rc_ok(jnl_node_import(fx->j, JNL_ROOT, "g", &now, &other));
+	assert_int_equal(other, sid); /* the share's object is sid now */
+	/* the conflict name: the local version, created here */
+	assert_rc_ok(jnl_lookup(fx->j, JNL_ROOT, "f.c", &id, &wh));
+	assert_int_equal(id, f);
+	n = node_of(fx->j, f);
+	assert_true(n.flags & JNL_NODE_LOCAL);
+	assert_true(n.flags & JNL_NODE_CONFLICT);
+	assert_int_equal(n.base, JNL_BASE_NONE);
+	assert_int_equal(n.base_ino, 0);
+	assert_int_equal(n.remote_valid, 0);
+	assert_int_equal(n.size, size);
+	assert_int_equal(n.mode, S_IFREG | 0600);
+	assert_int_equal(n.unflushed, 4);
+	assert_int_equal(jnl_read(fx->j, f, buf, 4 * CS, 0, NULL), size);
+	assert_memory_equal(buf, local, size);
+	for (k = 0; k < 4; k++)
+		assert_int_equal(chunk_state(fx->j, f, (uint64_t)k, NULL),
+				 JNL_CHUNK_DIRTY);
+	/* the stale claim: refused, its release changes nothing */
+	assert_rc_err(jnl_node_send_begin(fx->j, f, 0, &c[0], NULL), ENOENT);
+	assert_rc_ok(jnl_chunk_release(fx->j, &c[0], true, sha));
+	assert_int_equal(chunk_state(fx->j, f, 0, NULL), JNL_CHUNK_DIRTY);
+	assert_int_equal(jnl_chunk_claim(fx->j, c, 8), 0); /* LOCAL */
+	/* status */
+	assert_int_equal(stats(fx->j).conflicts, 1);
+	assert_int_equal(jnl_conflict_paths(fx->j, paths, 2, &total), 1);
+	assert_string_equal(paths[0], "d/f.c");
+	assert_int_equal(total, 1);
+
+	/* it survives a reopen; the only op is the copy's create */
+	reopen(fx);
+	assert_int_equal(jnl_ops_ready(fx->j, ops, 8), 2);
+	assert_non_null(find_op(ops, 2, JNL_OP_CREATE, f));
+	assert_string_equal(find_op(ops, 2, JNL_OP_CREATE, f)->name, "f.c");
+	assert_non_null(find_op(ops, 2, JNL_OP_CREATE, taken));
+	for (k = 0; k < 2; k++)
+		assert_rc_ok(jnl_op_ack(fx->j, ops[k].seq));
+	assert_rpath(fx->j, f, "f.c");
+	/* created: its chunks go out like any new file's */
+	assert_int_equal(jnl_chunk_claim(fx->j, c, 8), 4);
+	for (k = 0; k < 4; k++)
+		assert_rc_ok(jnl_chunk_release(fx->j, &c[k], true, sha));
+	assert_rc_ok(jnl_sync(fx->j)); /* ops go out once durable */
+	assert_int_equal(jnl_ops_ready(fx->j, ops, 8), 1);
+	assert_int_equal(ops[0].type, JNL_OP_FINISH);
+	assert_rc_ok(jnl_op_ack(fx->j, ops[0].seq));
+	assert_rc_ok(jnl_node_clean(fx->j, f));
+	jnl_assert_sane(fx->j);
+	assert_int_equal(stats(fx->j).conflicts, 1);
+	free(local);
+	free(buf);
+}
+
+/* What cannot be converted: links (-EBUSY), an op another stream holds
+ * (-EINPROGRESS); the op handed out to the caller goes with the rest. */
+static void test_journal__conflict_refusals(void **state)
+{
+	struct fx *fx = *state;
+	struct stat st = remote_st(80, 0, 1000000000, 0);
+	struct stat now = remote_st(80, 9, 1000000001, 0);
+	struct jnl_node a = attr(0600);
+	struct jnl_op ops[8];
+	uint64_t seq;
+	jnl_id f, sid;
+
+	assert_rc_ok(jnl_node_import(fx->j, JNL_ROOT, "f", &st, &f));
+	assert_int_equal(jnl_write(fx->j, f, "new", 3, 0), 3);
+	assert_rc_ok(jnl_setattr(fx->j, f, JNL_SET_MODE, &a));
+	assert_rc_ok(jnl_sync(fx->j));
+	seq = node_of(fx->j, f).base_seq;
+	assert_int_equal(jnl_ops_ready(fx->j, ops, 8), 1);
+	assert_int_equal(ops[0].type, JNL_OP_SETATTR);
+	assert_rc_err(jnl_node_conflict(fx->j, f, seq, &now, "f.c", "f.c", 0,
+					&sid), EINPROGRESS);
+	assert_rc_ok(jnl_node_conflict(fx->j, f, seq, &now, "f.c", "f.c",
+				       ops[0].seq, &sid));
+	jnl_assert_sane(fx->j); /* no handed-out op that does not exist */
+	assert_rc_err(jnl_op_ack(fx->j, ops[0].seq), ENOENT);
+	assert_int_equal(jnl_ops_ready(fx->j, ops, 8), 1);
+	assert_int_equal(ops[0].type, JNL_OP_CREATE);
+	assert_int_equal(ops[0].id, f);
+
+	/* only attributes changed here: not a conflict */
+	st = remote_st(82, 5, 1000000000, 0);
+	now = remote_st(82, 9, 1000000001, 0);
+	assert_rc_ok(jnl_node_import(fx->j, JNL_ROOT, "a", &st, &f));
+	assert_rc_ok(jnl_setattr(fx->j, f, JNL_SET_MODE | JNL_SET_MTIME, &a));
+	seq = node_of(fx->j, f).base_seq;
+	assert_rc_err(jnl_node_conflict(fx->j, f, seq, &now, "a.c", "a.c", 0,
+					&sid), ENODATA);
+
+	/* a second name: not converted */
+	st = remote_st(81, 0, 1000000000, 0);
+	now = remote_st(81, 9, 1000000001, 0);
+	assert_rc_ok(jnl_node_import(fx->j, JNL_ROOT, "g", &st, &f));
+	assert_int_equal(jnl_write(fx->j, f, "new", 3, 0), 3);
+	assert_rc_ok(jnl_link(fx->j, f, JNL_ROOT, "g2"));
+	seq = node_of(fx->j, f).base_seq;
+	assert_rc_err(jnl_node_conflict(fx->j, f, seq, &now, "g.c", "g.c", 0,
+					&sid), EBUSY);
+	/* forced: SENDING, not found again */
+	assert_rc_ok(jnl_node_send_begin(fx->j, f, seq, NULL, NULL));
+	assert_int_equal(node_of(fx->j, f).base, JNL_BASE_SENDING);
+	jnl_assert_sane(fx->j);
+}
+
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
 
 int main(void)
@@ -2076,6 +2388,9 @@ int main(void)
 		T(test_journal__create_link_symlink_setattr),
 		T(test_journal__link_ack_moves_the_remote_name),
 		T(test_journal__refresh_only_when_nothing_pending),
+		T(test_journal__conflict_base_tracking),
+		T(test_journal__conflict_conversion),
+		T(test_journal__conflict_refusals),
 		T(test_journal__rmdir_and_unlink_rules),
 		T(test_journal__rename_rules),
 		T(test_journal__unlink_cancels_pending_create),
