@@ -725,6 +725,11 @@ static int conflict_check(struct stream *s, jnl_id id,
 			*fault = F_REMOTE;
 			return rc;
 		}
+		/* the agent sees the file on its own disk: the same inode
+		 * number as the share reports (agent_try() checked the root's)
+		 * but another device number than the share's driver gave */
+		if (s->r == s->agent)
+			st.st_dev = (dev_t)n.base_dev;
 		rc = jnl_node_send_begin(f->j, id, n.base_seq, c, &st);
 		if (rc != -EXDEV)
 			continue;
