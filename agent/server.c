@@ -49,7 +49,6 @@
 #include "server.h"
 
 #define HANDLES_MAX 256
-#define SOCK_BUF (4 << 20)
 
 #define LOG(...)                                                       \
 	do {                                                           \
@@ -887,7 +886,7 @@ int agent_server_run(struct agent_server *s)
 		struct sockaddr_storage sa;
 		socklen_t salen = sizeof(sa);
 		int fd = accept4(s->lfd, (struct sockaddr *)&sa, &salen,
-				 SOCK_CLOEXEC), one = 1, sz = SOCK_BUF;
+				 SOCK_CLOEXEC), one = 1;
 		char peer[64];
 		pthread_attr_t at;
 		pthread_t t;
@@ -900,7 +899,6 @@ int agent_server_run(struct agent_server *s)
 			return -errno;
 		}
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
 		if (getnameinfo((struct sockaddr *)&sa, salen, peer,
 				sizeof(peer), NULL, 0, NI_NUMERICHOST))
 			strcpy(peer, "?");

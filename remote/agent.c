@@ -57,7 +57,6 @@
 #define CONNECT_MS 3000
 #define RETRY_NS (1000LL * 1000 * 1000)
 #define INLINE_MAX (256u << 10) /* PUTs up to this size carry their bytes */
-#define SOCK_BUF (4 << 20)
 
 struct arm {
 	struct rmt base;
@@ -124,7 +123,7 @@ static int tcp_connect(const char *host, const char *port)
 	rc = -EHOSTUNREACH;
 	for (p = ai; p && fd < 0; p = p->ai_next) {
 		struct pollfd pfd;
-		int one = 1, sz = SOCK_BUF, err = 0;
+		int one = 1, err = 0;
 		socklen_t elen = sizeof(err);
 
 		fd = socket(p->ai_family, SOCK_STREAM | SOCK_CLOEXEC |
@@ -134,7 +133,6 @@ static int tcp_connect(const char *host, const char *port)
 			continue;
 		}
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
 		if (connect(fd, p->ai_addr, p->ai_addrlen) && errno !=
 								   EINPROGRESS) {
 			rc = -errno;

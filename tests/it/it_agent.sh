@@ -397,6 +397,35 @@ else
 		test $((aw + ah)) = "$data"
 fi
 
+# 1b. files already on the share (imported by a new mount), changed in
+# place through the mount and flushed through the agent: no conflict is
+# taken for our own base (the agent's stat has another device number than
+# NFS's), the content is the one written
+if [[ -d $EXPORT/tree ]]; then
+	if ! mount_fs tree2 "$NFS_URL?version=3" -o "$(agent_opts "$W/key")"; then
+		bad "1b: mount" "$(tail -n 5 "$W/ferryfs.tree2.log")"
+	else
+		M=$W/mnt.tree2/tree
+		printf 'changed in place' | dd of="$M/d0/e0/f3" bs=1 seek=10 conv=notrunc status=none &&
+			printf 'changed in place' | dd of="$S1/d0/e0/f3" bs=1 seek=10 conv=notrunc status=none &&
+			echo appended >>"$M/d0/e1/f4" && echo appended >>"$S1/d0/e1/f4" &&
+			head -c 5000 /dev/urandom >"$W/new-big" &&
+			dd if="$W/new-big" of="$M/big" bs=4096 seek=1000 conv=notrunc status=none &&
+			dd if="$W/new-big" of="$S1/big" bs=4096 seek=1000 conv=notrunc status=none
+		check "1b: files on the share changed through the mount" test $? = 0
+		timeout 60 "$FERRYFS" flush "$W/mnt.tree2" --wait >/dev/null
+		check "1b: flush --wait" test $? = 0
+		js=$(status_json tree2)
+		check "1b: through the agent, no conflict ($(jget "$js" 's.get("conflicts")'))" \
+			test "$(jget "$js" 'all(x["via"] == "agent" for x in s["streams"]) and s.get("conflicts", 0) == 0')" = True
+		check "1b: no conflict copy in the export" \
+			test -z "$(find "$EXPORT/tree" -name '*.conflict-*' -print -quit)"
+		check "1b: the export holds what was written" \
+			compare "$S1" "$EXPORT/tree" d1/e1
+		check "1b: unmount, daemon exit 0" umount_fs tree2
+	fi
+fi
+
 # --- 2. kill -9 of the agent mid-flush ----------------------------------------------
 
 log "2. kill -9 of the agent mid-flush"
