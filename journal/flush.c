@@ -1059,6 +1059,11 @@ static void send_put(struct stream *s)
 			rc[i] = -ENOMEM;
 			continue;
 		}
+		/* another writer's change first (as chunk_write()) */
+		rc[i] = conflict_check(s, c[i].id, &c[i], 0, &fault[i]);
+		if (rc[i])
+			continue;
+		fault[i] = F_JOURNAL;
 		rc[i] = jnl_node_rpath(f->j, c[i].id, path, PATH_MAX);
 		if (rc[i] == -ENOENT) {
 			struct jnl_node node;

@@ -411,7 +411,9 @@ if [[ -d $EXPORT/tree ]]; then
 			echo appended >>"$M/d0/e1/f4" && echo appended >>"$S1/d0/e1/f4" &&
 			head -c 5000 /dev/urandom >"$W/new-big" &&
 			dd if="$W/new-big" of="$M/big" bs=4096 seek=1000 conv=notrunc status=none &&
-			dd if="$W/new-big" of="$S1/big" bs=4096 seek=1000 conv=notrunc status=none
+			dd if="$W/new-big" of="$S1/big" bs=4096 seek=1000 conv=notrunc status=none &&
+			touch -m -d '2020-02-02 02:02:02.25' "$M/d0/e0/f3" "$M/d0/e1/f4" "$M/big" \
+				"$S1/d0/e0/f3" "$S1/d0/e1/f4" "$S1/big" # the same times on both sides
 		check "1b: files on the share changed through the mount" test $? = 0
 		timeout 60 "$FERRYFS" flush "$W/mnt.tree2" --wait >/dev/null
 		check "1b: flush --wait" test $? = 0
