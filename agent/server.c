@@ -385,57 +385,13 @@ static int reply(struct conn *k, int status)
  * PUT: inline bytes are written at once; otherwise "want" and the DATA
  * frame. Returns the status to reply, or a connection error (*fatal).
  */
-/*
- * The DATA frames of a PUT answered "want": their lengths add up to the
- * PUT's. Each piece is written as it comes (the disk works while the rest
- * is on the wire); the SHA-256 of all of them is checked at the end, then
- * fdatasync, and the reply goes to the last DATA frame. A mismatch is -EIO
- * (bytes may have been written: unacknowledged, the chunk comes again).
- */
-static int pull(struct conn *k, int fd, const struct agent_req *q,
-		bool *fatal)
-{
-	EVP_MD_CTX *md = EVP_MD_CTX_new();
-	unsigned int mdlen = 0;
-	uint8_t sha[32];
-	const uint8_t *p;
-	uint16_t type;
-	size_t len, done = 0;
-	int rc = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) ? 0 : -ENOMEM;
-	int wrc = 0;
-
-	while (!rc && done < q->len) {
-		rc = agent_recv(&k->c, &type, &p, &len);
-		if (!rc && (type != AGENT_T_DATA || !len || len > q->len - done))
-			rc = -EPROTO;
-		if (rc)
-			break;
-		k->bytes_in += len;
-		if (!EVP_DigestUpdate(md, p, len))
-			wrc = -ENOMEM;
-		/* after a write error, still take the rest: in step */
-		if (!wrc)
-			wrc = write_chunk(fd, p, len, (off_t)(q->off + done),
-					  false);
-		done += len;
-	}
-	if (rc) {
-		EVP_MD_CTX_free(md);
-		*fatal = true;
-		return rc;
-	}
-	if (!EVP_DigestFinal_ex(md, sha, &mdlen) || mdlen != 32)
-		wrc = wrc ? wrc : -ENOMEM;
-	EVP_MD_CTX_free(md);
-	if (!wrc && CRYPTO_memcmp(sha, q->sha, 32))
-		wrc = -EIO;
-	return wrc ? wrc : sys_rc(fdatasync(fd));
-}
-
 static int put_fd(struct conn *k, int fd, const struct agent_req *q,
 		  uint32_t *want, bool *fatal, bool sync)
 {
 	uint8_t sha[32];
+	const uint8_t *p;
+	uint16_t type;
+	size_t len;
 	int rc;
 
 	*want = 0;
@@ -458,7 +414,19 @@ static int put_fd(struct conn *k, int fd, const struct agent_req *q,
 
 		rc = reply_raw(k, 0, w, sizeof(w));
 	}
-	return rc ? (*fatal = true, rc) : pull(k, fd, q, fatal);
+	if (!rc)
+		rc = agent_recv(&k->c, &type, &p, &len);
+	if (!rc && (type != AGENT_T_DATA || len != q->len))
+		rc = -EPROTO;
+	if (rc) {
+		*fatal = true;
+		return rc;
+	}
+	k->bytes_in += len;
+	sha256(p, len, sha);
+	if (CRYPTO_memcmp(sha, q->sha, 32))
+		return -EIO;
+	return write_chunk(fd, p, len, (off_t)q->off, true);
 }
 
 /*

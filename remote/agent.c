@@ -57,7 +57,6 @@
 #define CONNECT_MS 3000
 #define RETRY_NS (1000LL * 1000 * 1000)
 #define INLINE_MAX (256u << 10) /* PUTs up to this size carry their bytes */
-#define DATA_PIECE (1u << 20)   /* the DATA frames of a pulled PUT */
 
 struct arm {
 	struct rmt base;
@@ -656,16 +655,9 @@ static ssize_t put(struct arm *a, struct afile *af, const char *path,
 	}
 	if (inl || !want)
 		return inl ? (ssize_t)len : 0;
-	/* the agent wants the bytes now: in pieces it writes as they come;
-	 * its reply answers the last one */
+	/* the agent wants the bytes now */
 	seq = a->c.seq_out;
-	rc = 0;
-	for (size_t done = 0, n; !rc && done < len; done += n) {
-		n = len - done < DATA_PIECE ? len - done : DATA_PIECE;
-		seq = a->c.seq_out;
-		rc = agent_send(&a->c, AGENT_T_DATA, (const char *)buf + done,
-				n, NULL, 0);
-	}
+	rc = agent_send(&a->c, AGENT_T_DATA, buf, len, NULL, 0);
 	if (!rc)
 		rc = reply_read(a, seq, &res);
 	if (conn_error(rc)) {

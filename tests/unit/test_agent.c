@@ -1609,43 +1609,6 @@ static void test_agent__server_put_and_batch(void **state)
 	/* again: the file has it */
 	assert_rc_ok(call(fx, AGENT_T_PUT, &res));
 	assert_int_equal(agent_get_u32(&res), 0);
-	/* pulled in pieces, at an offset the file does not have yet: the
-	 * reply answers the last piece */
-	fx->b.len = 0;
-	agent_put_u32(&fx->b, 5);
-	agent_put_u64(&fx->b, big);
-	agent_put_u32(&fx->b, (uint32_t)big);
-	agent_put_bytes(&fx->b, sha, 32);
-	agent_put_u32(&fx->b, 0);
-	assert_rc_ok(call(fx, AGENT_T_PUT, &res));
-	assert_int_equal(agent_get_u32(&res), 1);
-	assert_rc_ok(agent_send(&fx->c, AGENT_T_DATA, data, 1000, NULL, 0));
-	seq = fx->c.seq_out;
-	assert_rc_ok(agent_send(&fx->c, AGENT_T_DATA, data + 1000, big - 1000,
-				NULL, 0));
-	assert_rc_ok(agent_recv(&fx->c, &type, &p, &len));
-	res = (struct agent_rd){ .p = p, .len = len };
-	assert_int_equal(agent_get_u64(&res), seq);
-	assert_int_equal((int32_t)agent_get_u32(&res), 0);
-	/* pieces whose SHA-256 is not the PUT's: -EIO, not acknowledged */
-	sha[0] ^= 1;
-	fx->b.len = 0;
-	agent_put_u32(&fx->b, 5);
-	agent_put_u64(&fx->b, 2 * big);
-	agent_put_u32(&fx->b, (uint32_t)big);
-	agent_put_bytes(&fx->b, sha, 32);
-	agent_put_u32(&fx->b, 0);
-	sha[0] ^= 1;
-	assert_rc_ok(call(fx, AGENT_T_PUT, &res));
-	assert_int_equal(agent_get_u32(&res), 1);
-	assert_rc_ok(agent_send(&fx->c, AGENT_T_DATA, data, 10, NULL, 0));
-	seq = fx->c.seq_out;
-	assert_rc_ok(agent_send(&fx->c, AGENT_T_DATA, data + 10, big - 10,
-				NULL, 0));
-	assert_rc_ok(agent_recv(&fx->c, &type, &p, &len));
-	res = (struct agent_rd){ .p = p, .len = len };
-	assert_int_equal(agent_get_u64(&res), seq);
-	assert_int_equal((int32_t)agent_get_u32(&res), -EIO);
 	/* read back */
 	fx->b.len = 0;
 	agent_put_u32(&fx->b, 5);
