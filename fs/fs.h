@@ -46,6 +46,8 @@ struct fs_opts {
 	bool no_cache;             /* -o cache=off */
 	unsigned long long cache_max; /* -o cache_max=SIZE, 0: the cache's */
 	unsigned int readahead;    /* -o readahead=N streams, 0 = off (4) */
+	char *s_cache_ttl;         /* -o cache_ttl=SEC: attr_timeout and
+				      entry_timeout, as given */
 	char *s_cache_max;
 	/* ferry-agent next to the share (remote/agent.c) */
 	char *agent;               /* -o agent=HOST:PORT, or NULL */

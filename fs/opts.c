@@ -68,6 +68,7 @@ static const struct fuse_opt opt_spec[] = {
 	OPTV("cache=%s", cache),
 	OPTV("cache_max=%s", s_cache_max),
 	OPTV("readahead=%u", readahead),
+	OPTV("cache_ttl=%s", s_cache_ttl),
 	OPTV("agent=%s", agent),
 	OPTV("agent_key=%s", agent_key),
 	OPT("agent_encrypt", agent_encrypt),
@@ -286,6 +287,19 @@ static int parse_into(struct parse_ctx *cp, int argc, char *argv[],
 				    : "missing MOUNTPOINT (try 'ferryfs --help')");
 		return -EINVAL;
 	}
+	if (o->s_cache_ttl) {
+		/* attributes between opens: the kernel keeps them (and the
+		 * names) this long; every open still asks the share */
+		char *end;
+		double v = strtod(o->s_cache_ttl, &end);
+
+		if (end == o->s_cache_ttl || *end || !(v >= 0 && v <= 86400)) {
+			snprintf(err, errsize, "cache_ttl must be 0 to 86400 "
+				 "seconds");
+			return -EINVAL;
+		}
+		o->attr_timeout = o->entry_timeout = v;
+	}
 	if (o->attr_timeout < 0 || o->entry_timeout < 0 ||
 	    o->negative_timeout < 0) {
 		snprintf(err, errsize, "timeouts must not be negative");
@@ -348,6 +362,8 @@ void fs_opts_release(struct fs_opts *o)
 	free(o->s_chunk_size);
 	free(o->cache);
 	free(o->s_cache_max);
+	free(o->s_cache_ttl);
+	o->s_cache_ttl = NULL;
 	free(o->agent);
 	free(o->agent_key);
 	o->agent = o->agent_key = NULL;
@@ -413,6 +429,9 @@ void fs_usage(const char *progname)
 	       "                           share (/var/lib/ferryfs/cache/ID as root)\n"
 	       "    -o cache_max=SIZE      bound the cache (1/10 of its disk's free space)\n"
 	       "    -o readahead=N         parallel read-ahead streams, 0 = off (4)\n"
+	       "    -o cache_ttl=SEC       trust a file's attributes SEC between opens\n"
+	       "                           (sets attr_timeout and entry_timeout; an\n"
+	       "                           open always asks the share) (1)\n"
 	       "\n"
 	       "simulation aids (slow the remote down, to measure without a\n"
 	       "network; RATE in bytes/s with K/M/G or Ki/Mi/Gi):\n"

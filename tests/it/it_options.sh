@@ -11,6 +11,8 @@
 #   another share      a journal mounted over another share is refused,
 #                      one line, exit != 0, and nothing is mounted
 #   corrupted journal  one clear line, exit != 0, no crash
+#   cache_ttl=SEC      a stat within SEC keeps a file's cached attributes,
+#                      the next open sees the share's change; 0: at once
 set -u
 FERRYFS=${1:?usage: it_options.sh FERRYFS}
 if [ "$(id -u)" != 0 ] || [ ! -c /dev/fuse ]; then
@@ -90,6 +92,41 @@ json=$("$FERRYFS" status "$M" --json)
 "$FERRYFS" flush "$M" --wait >/dev/null && cmp -s "$T/src24" "$T/max/big" &&
 	ok "journal_max: all of it on the share" || bad "journal_max: all of it on the share" "differs"
 umount_it
+
+# --- cache_ttl: attributes trusted between opens, an open asks the share ------
+if mount_with ttl "cache_ttl=30"; then
+	printf aaaa >"$T/ttl/f"
+	s1=$(stat -c %s "$M/f")
+	printf bbbbbbbb >"$T/ttl/f" # another writer, on the share itself
+	s2=$(stat -c %s "$M/f")
+	c=$(cat "$M/f")
+	s3=$(stat -c %s "$M/f")
+	[ "$s1:$s2" = "4:4" ] && ok "cache_ttl=30: a stat within the TTL keeps the cached size ($s1, $s2)" ||
+		bad "cache_ttl=30: a stat within the TTL keeps the cached size" "$s1, $s2"
+	[ "$c:$s3" = "bbbbbbbb:8" ] && ok "cache_ttl=30: the next open reads the share's new content, and the size follows ($s3)" ||
+		bad "cache_ttl=30: the next open sees the change" "'$c', size $s3"
+	umount_it
+else
+	bad "mount with cache_ttl=30" "$(cat "$T/err")"
+fi
+if mount_with ttl0 "cache_ttl=0"; then
+	printf aaaa >"$T/ttl0/f"
+	s1=$(stat -c %s "$M/f")
+	printf bbbbbbbb >"$T/ttl0/f"
+	s2=$(stat -c %s "$M/f")
+	[ "$s1:$s2" = "4:8" ] && ok "cache_ttl=0: a stat sees the share's change at once ($s1, $s2)" ||
+		bad "cache_ttl=0: a stat sees the share's change at once" "$s1, $s2"
+	umount_it
+else
+	bad "mount with cache_ttl=0" "$(cat "$T/err")"
+fi
+if "$FERRYFS" mount "$T/ttl" "$M" -o "journal=$T/ttl.j,cache_ttl=-1" 2>"$T/err"; then
+	bad "cache_ttl=-1 is refused" "mounted"
+	umount_it
+else
+	grep -q 'cache_ttl must be' "$T/err" && ok "cache_ttl=-1 is refused: $(cat "$T/err")" ||
+		bad "cache_ttl=-1 is refused with the reason" "$(cat "$T/err")"
+fi
 
 # --- a journal belongs to one share ------------------------------------------------
 mkdir -p "$T/other"
