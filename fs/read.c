@@ -37,23 +37,6 @@
 #include "remote.h"
 #include "sys.h"
 
-static ssize_t pread_all(struct rmt_file *f, char *buf, size_t len, off_t off)
-{
-	size_t got = 0;
-
-	while (got < len) {
-		ssize_t n = rmt_file_pread(f, buf + got, len - got,
-					   off + (off_t)got);
-
-		if (n < 0)
-			return n;
-		if (n == 0)
-			break;
-		got += (size_t)n;
-	}
-	return (ssize_t)got;
-}
-
 void fs_read_open(struct fs *fs, struct fs_handle *h, const char *rpath,
 		  const struct stat *st, int flags)
 {
@@ -85,7 +68,7 @@ static ssize_t fetch_block(struct fs *fs, struct fs_handle *h, uint64_t idx,
 	uint64_t bs = cache_block_size(fs->cache), start = idx * bs;
 	size_t len = (size_t)(h->key.size - start < bs ? h->key.size - start
 						       : bs);
-	ssize_t n = pread_all(h->file, blk, len, (off_t)start);
+	ssize_t n = rmt_file_pread_all(h->file, blk, len, (off_t)start);
 
 	if (n < 0)
 		return n;
@@ -105,7 +88,7 @@ ssize_t fs_read_remote(struct fs *fs, struct fs_handle *h, char *buf,
 	int rc = 0;
 
 	if (!h->cacheable) {
-		n = pread_all(h->file, buf, len, off);
+		n = rmt_file_pread_all(h->file, buf, len, off);
 		if (n > 0)
 			atomic_fetch_add(&fs->share_read_bytes, (uint64_t)n);
 		return n;
@@ -163,8 +146,9 @@ ssize_t fs_read_remote(struct fs *fs, struct fs_handle *h, char *buf,
 			memcpy(buf + (s - (uint64_t)off), blk + (s - idx * bs),
 			       e - s);
 		} else {
-			n = pread_all(h->file, buf + (s - (uint64_t)off),
-				      e - s, (off_t)s);
+			n = rmt_file_pread_all(h->file,
+					       buf + (s - (uint64_t)off),
+					       e - s, (off_t)s);
 			if (n < 0) {
 				rc = (int)n;
 				break;

@@ -1095,21 +1095,9 @@ static ssize_t remote_pread_all(struct fs *fs, struct fs_handle *h, char *buf,
 				size_t len, off_t off)
 {
 	struct rmt_file *f;
-	size_t got = 0;
 	int rc = handle_remote(fs, h, &f);
 
-	while (rc == 0 && got < len) {
-		ssize_t n = rmt_file_pread(f, buf + got, len - got,
-					   off + (off_t)got);
-
-		if (n < 0)
-			rc = (int)n;
-		else if (n == 0)
-			break;
-		else
-			got += (size_t)n;
-	}
-	return rc < 0 ? rc : (ssize_t)got;
+	return rc < 0 ? rc : rmt_file_pread_all(f, buf, len, off);
 }
 
 /* Read [off, off+len) of the remote file; zeros past its end. */

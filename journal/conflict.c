@@ -32,24 +32,6 @@
 #define RESOLVE_TRIES 4
 #define NAME_TRIES 100
 
-/* Read up to @len bytes at @off of @f (short only at its end). */
-static ssize_t pread_all(struct rmt_file *f, char *buf, size_t len, off_t off)
-{
-	size_t got = 0;
-
-	while (got < len) {
-		ssize_t n = rmt_file_pread(f, buf + got, len - got,
-					   off + (off_t)got);
-
-		if (n < 0)
-			return n;
-		if (n == 0)
-			break;
-		got += (size_t)n;
-	}
-	return (ssize_t)got;
-}
-
 /* Step 1: the chunks of the remote's part the journal does not hold. */
 static int fill(struct jnl *j, struct rmt *r, jnl_id id, const char *path,
 		const struct jnl_node *nd)
@@ -76,7 +58,7 @@ static int fill(struct jnl *j, struct rmt *r, jnl_id id, const char *path,
 			if (rc)
 				break;
 		}
-		n = pread_all(f, buf, cs, (off_t)(c * cs));
+		n = rmt_file_pread_all(f, buf, cs, (off_t)(c * cs));
 		if (n < 0) {
 			rc = (int)n;
 			break;

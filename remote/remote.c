@@ -521,6 +521,24 @@ ssize_t rmt_file_pread(struct rmt_file *f, void *buf, size_t len, off_t off)
 	return n;
 }
 
+ssize_t rmt_file_pread_all(struct rmt_file *f, void *buf, size_t len,
+			   off_t off)
+{
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t n = rmt_file_pread(f, (char *)buf + got, len - got,
+					   off + (off_t)got);
+
+		if (n < 0)
+			return n;
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	return (ssize_t)got;
+}
+
 ssize_t rmt_file_pwrite(struct rmt_file *f, const void *buf, size_t len,
 			off_t off)
 {

@@ -258,6 +258,10 @@ int rmt_file_open(struct rmt *r, const char *path, int flags, mode_t mode,
 int rmt_file_close(struct rmt_file *f);
 
 ssize_t rmt_file_pread(struct rmt_file *f, void *buf, size_t len, off_t off);
+/* rmt_file_pread() until @len bytes or the file's end: the count, short
+ * only at the end, or the first -errno. */
+ssize_t rmt_file_pread_all(struct rmt_file *f, void *buf, size_t len,
+			   off_t off);
 /* Writes all of buf or fails; returns len. Ignores O_APPEND: offsets are
  * explicit (the caller resolves appends). */
 ssize_t rmt_file_pwrite(struct rmt_file *f, const void *buf, size_t len,
