@@ -607,6 +607,30 @@ static int import_put(struct jnl_wtx *w, const struct stat *st, jnl_id id)
 	return jnl_mdb(w->j, mdb_put(w->txn, w->j->db_imports, &k, &v, 0));
 }
 
+/* A new node in @s overlaying the share's object @st at (@parent, @name):
+ * its record (the base set from @st), the dentry and the import key. */
+static int import_new(struct jnl_wtx *w, struct nset *s, jnl_id parent,
+		      const char *name, const struct stat *st, jnl_id *out)
+{
+	jnl_id id = w->m.next_id++;
+	struct jnl_nrec *n = nset_new(s, id);
+	int rc;
+
+	w->m_dirty = true;
+	jnl_rec_take_stat(&n->r, st);
+	n->r.base_dev = (uint64_t)st->st_dev;
+	n->r.base_ino = (uint64_t)st->st_ino;
+	jnl_rec_base_set(&n->r, st);
+	n->r.rparent = parent;
+	n->r.mparent = parent;
+	snprintf(n->rname, sizeof(n->rname), "%s", name);
+	rc = jnl_dentry_put(w->j, w->txn, parent, name, id, 0);
+	if (!rc && st->st_ino)
+		rc = import_put(w, st, id);
+	*out = id;
+	return rc;
+}
+
 int jnl_node_import(struct jnl *j, jnl_id parent, const char *name,
 		    const struct stat *st, jnl_id *out)
 {
@@ -665,19 +689,7 @@ int jnl_node_import(struct jnl *j, jnl_id parent, const char *name,
 		}
 	}
 
-	id = w.m.next_id++;
-	w.m_dirty = true;
-	n = nset_new(s, id);
-	jnl_rec_take_stat(&n->r, st);
-	n->r.base_dev = (uint64_t)st->st_dev;
-	n->r.base_ino = (uint64_t)st->st_ino;
-	jnl_rec_base_set(&n->r, st);
-	n->r.rparent = parent;
-	n->r.mparent = parent;
-	snprintf(n->rname, sizeof(n->rname), "%s", name);
-	rc = jnl_dentry_put(j, w.txn, parent, name, id, 0);
-	if (!rc && st->st_ino)
-		rc = import_put(&w, st, id);
+	rc = import_new(&w, s, parent, name, st, &id);
 	if (!rc)
 		rc = nset_write(s);
 	if (rc)
@@ -1533,7 +1545,7 @@ int jnl_node_conflict(struct jnl *j, jnl_id id, uint64_t seq,
 		      const char *cpath, uint64_t allow_seq, jnl_id *share_id)
 {
 	struct jnl_orec *ops = NULL, o;
-	struct jnl_nrec *x, *p, *sn;
+	struct jnl_nrec *x, *p;
 	struct jnl_dval d;
 	struct jnl_wtx w;
 	struct nset *s = NULL;
@@ -1622,21 +1634,8 @@ int jnl_node_conflict(struct jnl *j, jnl_id id, uint64_t seq,
 	touch(&x->r, false);
 
 	/* S: the share's version, a fresh import at the old name */
-	sid = w.m.next_id++;
-	w.m_dirty = true;
-	sn = nset_new(s, sid);
-	jnl_rec_take_stat(&sn->r, st);
-	sn->r.base_dev = (uint64_t)st->st_dev;
-	sn->r.base_ino = (uint64_t)st->st_ino;
-	jnl_rec_base_set(&sn->r, st);
-	sn->r.rparent = parent;
-	sn->r.mparent = parent;
-	snprintf(sn->rname, sizeof(sn->rname), "%s", oldname);
 	touch(&p->r, true);
-
-	rc = jnl_dentry_put(j, w.txn, parent, oldname, sid, 0);
-	if (!rc && st->st_ino)
-		rc = import_put(&w, st, sid);
+	rc = import_new(&w, s, parent, oldname, st, &sid);
 	if (!rc)
 		rc = jnl_dentry_put(j, w.txn, parent, cname, id, 0);
 	if (!rc)
