@@ -281,6 +281,17 @@ static void end(struct arm *a)
 		pthread_mutex_unlock(&a->lock);
 }
 
+/* begin() for a call whose answer is needed now: not in a batch. */
+static int begin_now(struct arm *a)
+{
+	begin(a);
+	if (in_batch(a)) {
+		end(a);
+		return -EAGAIN;
+	}
+	return 0;
+}
+
 /* Queue a->req in the batch as @type. */
 static int queue(struct arm *a, uint16_t type)
 {
@@ -336,11 +347,9 @@ static int a_stat(struct rmt *r, const char *path, struct stat *st)
 	struct agent_rd res;
 	int rc;
 
-	begin(a);
-	if (in_batch(a)) {
-		end(a);
-		return -EAGAIN;
-	}
+	rc = begin_now(a);
+	if (rc)
+		return rc;
 	put_path(a, path);
 	rc = exchange(a, AGENT_T_STAT, &res);
 	if (!rc) {
@@ -358,11 +367,9 @@ static int a_statfs(struct rmt *r, struct statvfs *sv)
 	struct agent_rd res;
 	int rc;
 
-	begin(a);
-	if (in_batch(a)) {
-		end(a);
-		return -EAGAIN;
-	}
+	rc = begin_now(a);
+	if (rc)
+		return rc;
 	rc = exchange(a, AGENT_T_STATFS, &res);
 	if (!rc) {
 		agent_get_statfs(&res, sv);
@@ -436,11 +443,9 @@ static int a_readlink(struct rmt *r, const char *path, char *buf,
 	char t[PATH_MAX];
 	int rc;
 
-	begin(a);
-	if (in_batch(a)) {
-		end(a);
-		return -EAGAIN;
-	}
+	rc = begin_now(a);
+	if (rc)
+		return rc;
 	put_path(a, path);
 	rc = exchange(a, AGENT_T_READLINK, &res);
 	if (!rc) {
@@ -576,11 +581,10 @@ static int a_file_close(struct rmt_file *f)
 /* Start a call on an open file: lock, check its connection. */
 static int fbegin(struct afile *af, struct arm *a)
 {
-	begin(a);
-	if (in_batch(a)) {
-		end(a);
-		return -EAGAIN;
-	}
+	int rc = begin_now(a);
+
+	if (rc)
+		return rc;
 	if (af->gen != a->gen || a->fd < 0) {
 		end(a);
 		return -ESTALE;
