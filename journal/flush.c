@@ -756,6 +756,19 @@ static int conflict_check(struct stream *s, jnl_id id,
 	return rc;
 }
 
+/* Whose is it that node @id has no remote name: lost its last name
+ * meanwhile (F_GONE), or a name the journal does not place (F_JOURNAL:
+ * the chunk is parked). */
+static enum fault no_rpath(struct jnl_flusher *f, jnl_id id)
+{
+	struct jnl_node node;
+
+	if (!jnl_node_get(f->j, id, &node) &&
+	    (node.flags & (JNL_NODE_UNLINKED | JNL_NODE_LOCAL)))
+		return F_GONE;
+	return F_JOURNAL;
+}
+
 /*
  * Write chunk @c at its node's remote path (invariant 2). 0 with @sha the
  * digest of what was written, or -errno with *fault.
@@ -788,15 +801,8 @@ static int chunk_write(struct stream *s, const struct jnl_chunk_ref *c,
 	if (rc)
 		return rc;
 	rc = handle_get(s, c->id, &rf, fault);
-	if (rc == -ENOENT && *fault == F_JOURNAL) {
-		struct jnl_node node;
-
-		/* no remote name: lost its last name meanwhile (gone), or
-		 * a name the journal does not place (parked) */
-		if (!jnl_node_get(f->j, c->id, &node) &&
-		    (node.flags & (JNL_NODE_UNLINKED | JNL_NODE_LOCAL)))
-			*fault = F_GONE;
-	}
+	if (rc == -ENOENT && *fault == F_JOURNAL)
+		*fault = no_rpath(f, c->id);
 	if (rc)
 		return rc;
 	rc = bw_book(s, (size_t)n);
@@ -1066,12 +1072,7 @@ static void send_put(struct stream *s)
 		fault[i] = F_JOURNAL;
 		rc[i] = jnl_node_rpath(f->j, c[i].id, path, PATH_MAX);
 		if (rc[i] == -ENOENT) {
-			struct jnl_node node;
-
-			/* as in chunk_write(): gone, or not placed yet */
-			if (!jnl_node_get(f->j, c[i].id, &node) &&
-			    (node.flags & (JNL_NODE_UNLINKED | JNL_NODE_LOCAL)))
-				fault[i] = F_GONE;
+			fault[i] = no_rpath(f, c[i].id);
 			continue;
 		}
 		if (rc[i])
@@ -1088,40 +1089,28 @@ static void send_put(struct stream *s)
 			}
 		total = 0;
 	}
-	groups = -EOPNOTSUPP;
-	if (total && batch && n > 1 && !rmt_batch_begin(s->r)) {
-		pos = 0;
-		for (int i = 0; i < n; i++) {
+	/* in a batch the puts are queued (one round trip), else sent */
+	batch = total && batch && n > 1 && !rmt_batch_begin(s->r);
+	pos = 0;
+	for (int i = 0; total && i < n; i++) {
+		ssize_t got = 0;
+
+		if (batch)
 			rmt_batch_mark(s->r);
-			if (!rc[i])
-				rc[i] = (int)rmt_put_path(
-					s->r, s->pbuf + (size_t)i * PATH_MAX,
-					s->buf + pos, len[i],
-					(off_t)(c[i].index * f->chunk_size),
-					sha[i]);
-			rc[i] = rc[i] < 0 ? rc[i] : 0;
-			pos += len[i];
-		}
+		if (!rc[i])
+			got = rmt_put_path(s->r, s->pbuf + (size_t)i * PATH_MAX,
+					   s->buf + pos, len[i],
+					   (off_t)(c[i].index * f->chunk_size),
+					   sha[i]);
+		if (got < 0)
+			rc[i] = (int)got;
+		pos += len[i];
+	}
+	if (batch) {
 		groups = rmt_batch_end(s->r, grc, (unsigned int)n);
 		for (int i = 0; i < n; i++)
 			if (fault[i] == F_REMOTE && !rc[i])
 				rc[i] = groups < 0 ? groups : grc[i];
-	} else if (total) {
-		pos = 0;
-		for (int i = 0; i < n; i++) {
-			ssize_t got = 0;
-
-			if (!rc[i])
-				got = rmt_put_path(s->r,
-						   s->pbuf + (size_t)i * PATH_MAX,
-						   s->buf + pos, len[i],
-						   (off_t)(c[i].index *
-							   f->chunk_size),
-						   sha[i]);
-			if (got < 0)
-				rc[i] = (int)got;
-			pos += len[i];
-		}
 	}
 	ns_read_end(f);
 	for (int i = 0; i < n; i++) {
