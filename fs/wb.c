@@ -986,7 +986,7 @@ static void wb_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	jnl_id id = inode_id(fs, n);
 	bool writing = (fi->flags & O_ACCMODE) != O_RDONLY ||
 		       (fi->flags & O_TRUNC);
-	struct fs_handle *h;
+	struct fs_handle *h = NULL;
 	struct stat st;
 	int rc = 0;
 
@@ -1025,7 +1025,7 @@ static void wb_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct fs *fs = fs_of(req);
 	struct fs_inode *p = inode_of(fs, parent), *n;
 	struct fuse_entry_param e;
-	struct fs_handle *h;
+	struct fs_handle *h = NULL;
 	struct jnl_node a = { 0 };
 	struct found f;
 	struct stat st;

@@ -914,8 +914,7 @@ static int walk4(struct nrmt *n, const char *path, size_t len,
 	ops[nops].nfs_argop4_u.opgetattr.attr_request.bitmap4_val = &mask;
 	rc = compound4(n, ops, nops + 1, &x);
 	free(ops);
-	if (rc == 0)
-		*type = x.type;
+	*type = x.type;
 	return rc;
 }
 

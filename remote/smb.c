@@ -996,7 +996,7 @@ static void worker_do(struct worker *w, const struct req *q, struct rep *rep,
 		break;
 	case OP_COPY: {
 		struct wfile *wo = (struct wfile *)(uintptr_t)q->h2;
-		SMBCFILE *fo;
+		SMBCFILE *fo = NULL;
 
 		rc = file_fh(w, wo, &fo);
 		if (rc == 0)
