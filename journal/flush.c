@@ -1782,6 +1782,7 @@ static void idle(struct stream *s, uint64_t gen)
 		if (s->park[i].retry_at < until)
 			until = s->park[i].retry_at;
 	handles_close_all(s);
+	jnl_hungry(f->j);
 	pthread_mutex_lock(&f->lock);
 	/* qlen: another stream's refill may have queued ops since ours */
 	if (f->work_gen == gen && !f->qlen && !f->stop && !f->paused &&

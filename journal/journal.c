@@ -561,6 +561,7 @@ int jnl_batch_commit(struct jnl *j)
 	rc = batch_get(j);
 	pthread_mutex_lock(&j->lock);
 	j->dirty = false;
+	j->hungry = false;
 	if (!j->unsynced) {
 		j->unsynced = true;
 		pthread_cond_signal(&j->cond);
@@ -569,6 +570,13 @@ int jnl_batch_commit(struct jnl *j)
 		j->notify_fn(j->notify_arg);
 	pthread_mutex_unlock(&j->lock);
 	return rc;
+}
+
+void jnl_hungry(struct jnl *j)
+{
+	pthread_mutex_lock(&j->lock);
+	j->hungry = true;
+	pthread_mutex_unlock(&j->lock);
 }
 
 int jnl_notify_set(struct jnl *j, jnl_notify_fn fn, void *arg)

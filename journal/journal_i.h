@@ -327,6 +327,9 @@ struct jnl {
 	unsigned int waiters;            /* writers waiting for room; lock */
 	uint64_t write_waits;            /* writes that waited; lock */
 	bool hurry;                      /* commit now: writers wait; lock */
+	bool hungry;                     /* the flusher has nothing to do:
+					    a filled chunk hurries the
+					    commit (jnl_hungry()); lock */
 	uint64_t reserved;               /* staging bytes ever reserved;
 					    lock */
 	uint64_t disk_avail;             /* free on the journal disk at the
@@ -359,6 +362,12 @@ struct jnl {
  * that returns no call of the old hook is running or will start.
  */
 int jnl_notify_set(struct jnl *j, jnl_notify_fn fn, void *arg);
+
+/* The flusher has nothing to send: the next write that fills a chunk
+ * commits at once instead of at the end of the period, so that the link
+ * does not wait JNL_COMMIT_MS for the first chunk of a big write. Takes
+ * j->lock: never call it with the flusher's lock held. */
+void jnl_hungry(struct jnl *j);
 
 /* Changes with every conversion of a conflict: the flusher closes the
  * remote files it keeps open when it moved (a node it had open at its old
