@@ -344,15 +344,22 @@ static int write_chunk(int fd, const uint8_t *p, size_t n, off_t off,
 	return rc || !sync ? rc : sys_rc(fdatasync(fd));
 }
 
-/* Does the file hold the chunk already (same SHA-256)? */
+/* Does the file hold the chunk already (same SHA-256)? A range that is
+ * all hole (other streams wrote chunks past it) is not read and hashed:
+ * it is fetched (if the chunk is all zeros, that costs one transfer). */
 static bool have(struct conn *k, int fd, const struct agent_req *q)
 {
 	uint8_t sha[32];
 	struct stat st;
+	off_t data;
 	ssize_t n;
 
 	if (fstat(fd, &st) || (uint64_t)st.st_size < q->off + q->len ||
 	    buf_need(k, q->len))
+		return false;
+	data = lseek(fd, (off_t)q->off, SEEK_DATA);
+	if ((data < 0 && errno == ENXIO) ||
+	    (data >= 0 && (uint64_t)data >= q->off + q->len))
 		return false;
 	n = pread(fd, k->buf, q->len, (off_t)q->off);
 	if (n != (ssize_t)q->len)
