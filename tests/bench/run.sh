@@ -752,8 +752,12 @@ LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 for ((RUN = 1; RUN <= RUNS; RUN++)); do
 	say "run $RUN/$RUNS: iperf3"
 	g_iperf || true
+	# every other run in the reverse order: no row always runs right
+	# after the same one (and its clean-up: a 1 GiB delete on the NAS)
+	order=(nfs-cp smbclient sshfs rclone-copy rclone-mount ferryfs-nfs ferryfs-smb ferryfs-agent)
+	((RUN % 2)) || order=(ferryfs-agent ferryfs-smb ferryfs-nfs rclone-mount rclone-copy sshfs smbclient nfs-cp)
 	for w in "${WLS[@]}"; do
-		for g in nfs-cp smbclient sshfs rclone-copy rclone-mount ferryfs-nfs ferryfs-smb ferryfs-agent; do
+		for g in "${order[@]}"; do
 			want "$g" || continue
 			say "run $RUN/$RUNS: $g ${WL_LABEL[$w]}"
 			case $g in
