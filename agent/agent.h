@@ -195,6 +195,10 @@ struct agent_conn {
 	uint64_t seq_out, seq_in;
 	uint8_t *rbuf;       /* the last received payload */
 	size_t rcap;
+	/* after a DATA frame is received: the SHA-256 of its payload as
+	 * sent (its tag covers that digest, PROTOCOL.md section 2); the
+	 * plaintext's when !encrypt, so the agent need not hash it again */
+	uint8_t data_sha[32];
 };
 
 /*
@@ -216,6 +220,11 @@ void agent_conn_release(struct agent_conn *c);
 int agent_send(struct agent_conn *c, uint16_t type, const void *p1,
 	       size_t n1, const void *p2, size_t n2);
 
+/* Send a DATA frame of @n bytes whose SHA-256 is @sha (NULL: unknown). In
+ * a session without encryption the tag then costs no pass over the bytes. */
+int agent_send_data(struct agent_conn *c, const void *p, size_t n,
+		    const uint8_t sha[32]);
+
 /*
  * Receive one frame: *type and the payload (*p points into c's buffer,
  * valid until the next receive). Errors: -EBADMSG (wrong tag or seq: the
@@ -225,7 +234,8 @@ int agent_send(struct agent_conn *c, uint16_t type, const void *p1,
 int agent_recv(struct agent_conn *c, uint16_t *type, const uint8_t **p,
 	       size_t *len);
 
-/* The tag of a frame (exposed for the unit tests). */
+/* The tag of a frame (exposed for the unit tests): over the payload, or
+ * for a DATA frame over the payload's SHA-256. */
 void agent_frame_tag(const uint8_t kmac[32], char dir, const uint8_t *hdr,
 		     const uint8_t *payload, size_t len, uint8_t tag[32]);
 

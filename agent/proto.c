@@ -489,12 +489,36 @@ static int hmac(const uint8_t *key, size_t klen, const void *const *part,
 	return ok ? 0 : -ENOMEM;
 }
 
+static bool is_data(const uint8_t *hdr)
+{
+	return (hdr[4] | hdr[5] << 8) == AGENT_T_DATA;
+}
+
+/* The tag of a DATA frame from the SHA-256 @d of its payload as sent. */
+static void data_tag(const uint8_t kmac[32], char dir, const uint8_t *hdr,
+		     const uint8_t d[32], uint8_t tag[32])
+{
+	const void *part[3] = { &dir, hdr, d };
+	size_t plen[3] = { 1, AGENT_HDR, 32 };
+
+	if (hmac(kmac, 32, part, plen, 3, tag))
+		memset(tag, 0, 32); /* never matches (below) */
+}
+
 void agent_frame_tag(const uint8_t kmac[32], char dir, const uint8_t *hdr,
 		     const uint8_t *payload, size_t len, uint8_t tag[32])
 {
 	const void *part[3] = { &dir, hdr, payload };
 	size_t plen[3] = { 1, AGENT_HDR, len };
+	uint8_t d[32];
 
+	if (is_data(hdr)) {
+		if (!EVP_Digest(payload, len, d, NULL, EVP_sha256(), NULL))
+			memset(tag, 0, 32);
+		else
+			data_tag(kmac, dir, hdr, d, tag);
+		return;
+	}
 	if (hmac(kmac, 32, part, plen, 3, tag))
 		memset(tag, 0, 32); /* never matches a real tag's check:
 				       the peer's tag is compared, ours too */
@@ -770,8 +794,26 @@ static void hdr_make(uint8_t *h, uint32_t len, uint16_t type, uint64_t seq)
 		h[8 + i] = (uint8_t)(seq >> (8 * i));
 }
 
+static int send_frame(struct agent_conn *c, uint16_t type, const void *p1,
+		      size_t n1, const void *p2, size_t n2,
+		      const uint8_t *sha);
+
 int agent_send(struct agent_conn *c, uint16_t type, const void *p1,
 	       size_t n1, const void *p2, size_t n2)
+{
+	return send_frame(c, type, p1, n1, p2, n2, NULL);
+}
+
+int agent_send_data(struct agent_conn *c, const void *p, size_t n,
+		    const uint8_t sha[32])
+{
+	return send_frame(c, AGENT_T_DATA, p, n, NULL, 0, sha);
+}
+
+/* @sha: the SHA-256 of the payload p1|p2 in clear (DATA only), or NULL */
+static int send_frame(struct agent_conn *c, uint16_t type, const void *p1,
+		      size_t n1, const void *p2, size_t n2,
+		      const uint8_t *sha)
 {
 	uint8_t hdr[AGENT_HDR], tag[32], *tmp = NULL;
 	const void *part[4];
@@ -808,7 +850,26 @@ int agent_send(struct agent_conn *c, uint16_t type, const void *p1,
 	plen[2] = n1;
 	part[3] = n2 ? p2 : "";
 	plen[3] = n2;
-	rc = hmac(c->kmac, 32, part, plen, 4, tag);
+	if (type == AGENT_T_DATA) { /* the tag covers the payload's digest */
+		uint8_t d[32];
+		EVP_MD_CTX *x = NULL;
+
+		rc = 0;
+		if (sha && !c->encrypt) {
+			memcpy(d, sha, 32);
+		} else if (!(x = EVP_MD_CTX_new()) ||
+			   !EVP_DigestInit_ex(x, EVP_sha256(), NULL) ||
+			   !EVP_DigestUpdate(x, part[2], plen[2]) ||
+			   !EVP_DigestUpdate(x, part[3], plen[3]) ||
+			   !EVP_DigestFinal_ex(x, d, NULL)) {
+			rc = -ENOMEM;
+		}
+		EVP_MD_CTX_free(x);
+		if (!rc)
+			data_tag(c->kmac, dir, hdr, d, tag);
+	} else {
+		rc = hmac(c->kmac, 32, part, plen, 4, tag);
+	}
 	if (!rc) {
 		iov[n++] = (struct iovec){ hdr, sizeof(hdr) };
 		if (n1)
@@ -855,7 +916,16 @@ static int recv_frame(struct agent_conn *c, uint16_t *type,
 		rc = read_full(c->fd, tag, sizeof(tag), deadline);
 	if (rc)
 		return rc;
-	agent_frame_tag(c->kmac, c->agent ? 'C' : 'A', hdr, c->rbuf, n, want);
+	if (is_data(hdr)) {
+		if (!EVP_Digest(c->rbuf, n, c->data_sha, NULL, EVP_sha256(),
+				NULL))
+			return -ENOMEM;
+		data_tag(c->kmac, c->agent ? 'C' : 'A', hdr, c->data_sha,
+			 want);
+	} else {
+		agent_frame_tag(c->kmac, c->agent ? 'C' : 'A', hdr, c->rbuf,
+				n, want);
+	}
 	if (CRYPTO_memcmp(tag, want, sizeof(tag)) || seq != c->seq_in)
 		return -EBADMSG;
 	if (c->encrypt && n) {

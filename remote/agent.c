@@ -661,7 +661,7 @@ static ssize_t put(struct arm *a, struct afile *af, const char *path,
 		return inl ? (ssize_t)len : 0;
 	/* the agent wants the bytes now */
 	seq = a->c.seq_out;
-	rc = agent_send(&a->c, AGENT_T_DATA, buf, len, NULL, 0);
+	rc = agent_send_data(&a->c, buf, len, sha);
 	if (!rc)
 		rc = reply_read(a, seq, &res);
 	if (conn_error(rc)) {

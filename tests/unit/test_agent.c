@@ -381,24 +381,52 @@ static void test_agent__frame_tampered(void **state)
 	size_t len, n;
 	struct sess s;
 
+	uint8_t sha[32];
+
+	/* a DATA frame's tag covers the SHA-256 of its payload, not the
+	 * payload: tampering must be caught all the same */
+	assert_true(EVP_Digest("twenty bytes payload", 20, sha, NULL,
+			       EVP_sha256(), NULL));
 	sess_open(&s, enc, false);
-	for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
-		assert_rc_ok(agent_send(&s.cli, AGENT_T_UNLINK,
-					"twenty bytes payload", 20, NULL, 0));
-		n = capture(s.wire, frame, sizeof(frame));
-		assert_int_equal(n, AGENT_HDR + 20 + AGENT_MAC);
-		for (int bit = 0; bit < 8; bit += 7) {
-			memcpy(bad, frame, n);
-			bad[at[i]] ^= (uint8_t)(1u << bit);
-			inject(s.tap, bad, n);
-			assert_rc_err(agent_recv(&s.agt, &type, &p, &len),
-				      EBADMSG);
+	for (int data = 0; data < 2; data++) {
+		for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
+			if (data)
+				assert_rc_ok(agent_send_data(
+					&s.cli, "twenty bytes payload", 20,
+					i & 1 ? sha : NULL));
+			else
+				assert_rc_ok(agent_send(&s.cli, AGENT_T_UNLINK,
+							"twenty bytes payload",
+							20, NULL, 0));
+			n = capture(s.wire, frame, sizeof(frame));
+			assert_int_equal(n, AGENT_HDR + 20 + AGENT_MAC);
+			for (int bit = 0; bit < 8; bit += 7) {
+				memcpy(bad, frame, n);
+				bad[at[i]] ^= (uint8_t)(1u << bit);
+				inject(s.tap, bad, n);
+				assert_rc_err(agent_recv(&s.agt, &type, &p,
+							 &len),
+					      EBADMSG);
+			}
+			/* the frame as sent passes */
+			inject(s.tap, frame, n);
+			assert_rc_ok(agent_recv(&s.agt, &type, &p, &len));
+			assert_int_equal(type, data ? AGENT_T_DATA
+						    : AGENT_T_UNLINK);
+			assert_int_equal(len, 20);
+			assert_memory_equal(p, "twenty bytes payload", 20);
+			if (data && !enc)
+				assert_memory_equal(s.agt.data_sha, sha, 32);
 		}
-		/* the frame as sent passes */
+	}
+	/* a DATA frame whose sender claims another digest is refused */
+	sha[0] ^= 1;
+	if (!enc) {
+		assert_rc_ok(agent_send_data(&s.cli, "twenty bytes payload",
+					     20, sha));
+		n = capture(s.wire, frame, sizeof(frame));
 		inject(s.tap, frame, n);
-		assert_rc_ok(agent_recv(&s.agt, &type, &p, &len));
-		assert_int_equal(len, 20);
-		assert_memory_equal(p, "twenty bytes payload", 20);
+		assert_rc_err(agent_recv(&s.agt, &type, &p, &len), EBADMSG);
 	}
 	sess_close(&s);
 }
