@@ -1164,7 +1164,9 @@ again:
 		if (want > e->len)
 			e->len = want;
 		e->added += sp.len[k];
-		if (j->hungry && e->len == j->chunk_size) {
+		if (j->hungry && e->len == j->chunk_size &&
+		    mono_ns() - j->commit_end_ns >=
+			    (int64_t)JNL_HUNGRY_GAP_MS * 1000000) {
 			j->hungry = false;
 			j->hurry = true;
 		}

@@ -562,6 +562,12 @@ int jnl_batch_commit(struct jnl *j)
 	pthread_mutex_lock(&j->lock);
 	j->dirty = false;
 	j->hungry = false;
+	{
+		struct timespec ts;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		j->commit_end_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+	}
 	if (!j->unsynced) {
 		j->unsynced = true;
 		pthread_cond_signal(&j->cond);

@@ -146,6 +146,7 @@ typedef uint64_t jnl_id;
 #define JNL_FORMAT_VERSION 1
 #define JNL_DEFAULT_CHUNK (4u << 20)
 #define JNL_COMMIT_MS 100
+#define JNL_HUNGRY_GAP_MS 10 /* jnl_hungry(): commits at most this often */
 #define JNL_WRITE_WAIT_MS 60000
 
 enum jnl_flags {

@@ -330,6 +330,8 @@ struct jnl {
 	bool hungry;                     /* the flusher has nothing to do:
 					    a filled chunk hurries the
 					    commit (jnl_hungry()); lock */
+	int64_t commit_end_ns;           /* CLOCK_MONOTONIC, the last
+					    commit's end; lock */
 	uint64_t reserved;               /* staging bytes ever reserved;
 					    lock */
 	uint64_t disk_avail;             /* free on the journal disk at the
@@ -365,7 +367,9 @@ int jnl_notify_set(struct jnl *j, jnl_notify_fn fn, void *arg);
 
 /* The flusher has nothing to send: the next write that fills a chunk
  * commits at once instead of at the end of the period, so that the link
- * does not wait JNL_COMMIT_MS for the first chunk of a big write. Takes
+ * does not wait JNL_COMMIT_MS for the first chunk of a big write (at most
+ * one such commit per JNL_HUNGRY_GAP_MS: a flusher faster than the
+ * writer would otherwise ask for a commit per chunk). Takes
  * j->lock: never call it with the flusher's lock held. */
 void jnl_hungry(struct jnl *j);
 

@@ -1116,6 +1116,40 @@ static void test_journal__chunk_state_machine(void **state)
 	jnl_assert_sane(fx->j);
 }
 
+static void test_journal__hungry_commits_a_filled_chunk(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_chunk_ref c;
+	jnl_id f;
+	int n = 0;
+
+	/* a period that never ends here: only a hurry commits */
+	jnl_close(fx->j);
+	jnl_test_commit_ms = 600000;
+	assert_rc_ok(jnl_open(fx->dir, &fx->cfg, 0, &fx->j));
+	f = flushable_file(fx, "f", 0);
+	/* the flusher is busy: a filled chunk waits for the period */
+	write_pattern(fx->j, f, 0, CS, 1);
+	usleep(200000);
+	assert_int_equal(jnl_chunk_claim(fx->j, &c, 1), 0);
+	/* hungry: a write that fills no chunk does not hurry */
+	jnl_hungry(fx->j);
+	write_pattern(fx->j, f, CS, CS / 2, 2);
+	usleep(200000);
+	assert_int_equal(jnl_chunk_claim(fx->j, &c, 1), 0);
+	/* the write that fills one commits both at once */
+	write_pattern(fx->j, f, CS + CS / 2, CS / 2, 3);
+	for (int i = 0; i < 500 && n == 0; i++) {
+		n = jnl_chunk_claim(fx->j, &c, 1);
+		if (n == 0)
+			usleep(10000);
+	}
+	assert_int_equal(n, 1);
+	assert_int_equal(c.id, f);
+	assert_int_equal(c.index, 0);
+	assert_rc_ok(jnl_chunk_release(fx->j, &c, false, NULL));
+}
+
 static void test_journal__write_while_inflight_stays_dirty(void **state)
 {
 	struct fx *fx = *state;
@@ -2397,6 +2431,7 @@ int main(void)
 		T(test_journal__write_read_local),
 		T(test_journal__imported_partial_write_needs_fill),
 		T(test_journal__chunk_state_machine),
+		T(test_journal__hungry_commits_a_filled_chunk),
 		T(test_journal__write_while_inflight_stays_dirty),
 		T(test_journal__truncate_drops_chunks),
 		T(test_journal__unlinked_node_is_not_claimed),
