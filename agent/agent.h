@@ -34,7 +34,7 @@
 #include <sys/types.h>
 #include <time.h>
 
-#define AGENT_VERSION 1
+#define AGENT_VERSION 2 /* 2: DATA tags cover the payload's digest */
 #define AGENT_MAGIC "FERRYAG1"          /* 8 bytes, no NUL on the wire */
 #define AGENT_NONCE 32
 #define AGENT_MAC 32

@@ -740,8 +740,17 @@ int agent_handshake_agent(int fd, const struct agent_key *k, bool encrypt,
 	rc = read_full(fd, hello, sizeof(hello), deadline);
 	if (rc)
 		return rc;
-	if (memcmp(hello, AGENT_MAGIC, 8) || rd32(hello + 8) != AGENT_VERSION ||
-	    rd32(hello + 12) > 1)
+	if (!memcmp(hello, AGENT_MAGIC, 8) &&
+	    rd32(hello + 8) != AGENT_VERSION) {
+		/* a ferryfs of another release: our version, no proof, so
+		 * that it can say why instead of "does not answer" */
+		memset(ans, 0, sizeof(ans));
+		memcpy(ans, AGENT_MAGIC, 8);
+		le32(ans + 8, AGENT_VERSION);
+		(void)write_full(fd, ans, sizeof(ans));
+		return -EPROTO;
+	}
+	if (memcmp(hello, AGENT_MAGIC, 8) || rd32(hello + 12) > 1)
 		return -EPROTO;
 	flags = encrypt ? 1 : rd32(hello + 12);
 	memcpy(ans, AGENT_MAGIC, 8);

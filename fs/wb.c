@@ -1834,9 +1834,14 @@ static int agent_check(struct fs *fs)
 	rc = rmt_open(spec, opts, &a);
 	if (rc) {
 		fprintf(stderr, "ferryfs: cannot use agent '%s': %s\n",
-			fs->o->agent, rc == -EACCES ? "it refused our key "
-			"(agent_key= must be the key ferry-agent was started "
-			"with)" : strerror(-rc));
+			fs->o->agent,
+			rc == -EACCES ? "it refused our key (agent_key= must "
+					"be the key ferry-agent was started "
+					"with)" :
+			rc == -EPROTO ? "it does not speak our protocol "
+					"version (run a ferry-agent of the "
+					"same release as ferryfs)" :
+					strerror(-rc));
 	} else if (!rmt_stat(a, "", &ast) && !rmt_stat(fs->rmt, "", &sst) &&
 		   ast.st_ino != sst.st_ino) {
 		fprintf(stderr, "ferryfs: agent '%s' serves another directory "

@@ -344,6 +344,53 @@ static void test_agent__handshake_wrong_key(void **state)
 	assert_rc_err(rc_c, EACCES);
 }
 
+/* a client of another protocol version is told the agent's before the
+ * close, so that it can say why; both sides fail with -EPROTO */
+static void test_agent__handshake_other_version(void **state)
+{
+	uint8_t hello[48] = "FERRYAG1", ans[80];
+	size_t got = 0;
+	ssize_t k;
+	struct hs a;
+	pthread_t ta;
+	int sv[2];
+
+	(void)state;
+	hello[8] = 1; /* version 1, flags 0, a nonce of zeros */
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	hs_start(&a, &ta, sv[0], &key_a, false, true);
+	assert_int_equal(write(sv[1], hello, sizeof(hello)), sizeof(hello));
+	while (got < sizeof(ans) &&
+	       (k = read(sv[1], ans + got, sizeof(ans) - got)) > 0)
+		got += (size_t)k;
+	pthread_join(ta, NULL);
+	assert_rc_err(a.rc, EPROTO);
+	assert_int_equal(got, sizeof(ans));
+	assert_memory_equal(ans, AGENT_MAGIC, 8);
+	assert_int_equal(ans[8] | ans[9] << 8, AGENT_VERSION);
+	for (size_t i = 12; i < sizeof(ans); i++)
+		assert_int_equal(ans[i], 0); /* no proof of anything */
+	agent_conn_release(&a.c);
+	close(sv[0]);
+	close(sv[1]);
+
+	/* and a client told another version gives -EPROTO (the mount's
+	 * "does not speak our protocol version"), not a wrong key */
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	hs_start(&a, &ta, sv[0], &key_a, false, false);
+	for (got = 0; got < sizeof(hello) &&
+		      (k = read(sv[1], hello + got, sizeof(hello) - got)) > 0;)
+		got += (size_t)k;
+	assert_int_equal(got, sizeof(hello));
+	ans[8] = (uint8_t)(AGENT_VERSION + 1);
+	assert_int_equal(write(sv[1], ans, sizeof(ans)), sizeof(ans));
+	pthread_join(ta, NULL);
+	assert_rc_err(a.rc, EPROTO);
+	agent_conn_release(&a.c);
+	close(sv[0]);
+	close(sv[1]);
+}
+
 static void test_agent__handshake_downgrade_refused(void **state)
 {
 	int rc_c, rc_a;
@@ -1683,6 +1730,7 @@ int main(void)
 		cmocka_unit_test(test_agent__handshake_relay_ok),
 		cmocka_unit_test(test_agent__handshake_wrong_key),
 		cmocka_unit_test(test_agent__handshake_downgrade_refused),
+		cmocka_unit_test(test_agent__handshake_other_version),
 		cmocka_unit_test_prestate(test_agent__frame_tampered, &enc_off),
 		cmocka_unit_test_prestate(test_agent__frame_tampered, &enc_on),
 		cmocka_unit_test_prestate(test_agent__frame_replayed, &enc_off),
