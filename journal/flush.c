@@ -770,6 +770,32 @@ static enum fault no_rpath(struct jnl_flusher *f, jnl_id id)
 }
 
 /*
+ * Read claimed chunk @c into @buf and hash it into @sha, then check that
+ * no other writer changed its file (conflict_check()). Its length, or
+ * -errno with *fault.
+ */
+static ssize_t chunk_prepare(struct stream *s, const struct jnl_chunk_ref *c,
+			     unsigned char *buf, unsigned char sha[32],
+			     enum fault *fault)
+{
+	struct jnl_flusher *f = s->f;
+	ssize_t n = jnl_read(f->j, c->id, buf, c->length,
+			     (off_t)(c->index * f->chunk_size), NULL);
+	int rc;
+
+	if (n <= 0) { /* 0: truncated away, the release is stale */
+		*fault = n == 0 || n == -ENOENT ? F_GONE : F_JOURNAL;
+		return n == 0 ? -ENOENT : n;
+	}
+	if (!EVP_Digest(buf, (size_t)n, sha, NULL, EVP_sha256(), NULL)) {
+		*fault = F_JOURNAL;
+		return -ENOMEM;
+	}
+	rc = conflict_check(s, c->id, c, 0, fault);
+	return rc ? rc : n;
+}
+
+/*
  * Write chunk @c at its node's remote path (invariant 2). 0 with @sha the
  * digest of what was written, or -errno with *fault.
  */
@@ -784,22 +810,9 @@ static int chunk_write(struct stream *s, const struct jnl_chunk_ref *c,
 	int rc;
 
 	*sent = 0;
-	n = jnl_read(f->j, c->id, s->buf, c->length, off, NULL);
-	if (n < 0) {
-		*fault = n == -ENOENT ? F_GONE : F_JOURNAL;
+	n = chunk_prepare(s, c, s->buf, sha, fault);
+	if (n < 0)
 		return (int)n;
-	}
-	if (n == 0) { /* truncated away: the release is stale */
-		*fault = F_GONE;
-		return -ENOENT;
-	}
-	if (!EVP_Digest(s->buf, (size_t)n, sha, NULL, EVP_sha256(), NULL)) {
-		*fault = F_JOURNAL;
-		return -ENOMEM;
-	}
-	rc = conflict_check(s, c->id, c, 0, fault);
-	if (rc)
-		return rc;
 	rc = handle_get(s, c->id, &rf, fault);
 	if (rc == -ENOENT && *fault == F_JOURNAL)
 		*fault = no_rpath(f, c->id);
@@ -900,22 +913,37 @@ static void chunk_done(struct stream *s, const struct jnl_chunk_ref *c,
 		       int rc, enum fault fault, const unsigned char sha[32],
 		       size_t sent);
 
+/* Invariant 5: wait until no other stream sizes a node of the @n chunks
+ * @c, then hold them in s->writing[] (step_done() lets go). */
+static void writing_begin(struct stream *s, const struct jnl_chunk_ref *c,
+			  int n)
+{
+	struct jnl_flusher *f = s->f;
+
+	pthread_mutex_lock(&f->lock);
+	for (bool again = true; again && !f->stop;) {
+		again = false;
+		for (int i = 0; i < n && !again; i++)
+			again = sized(s, c[i].id);
+		if (again)
+			pthread_cond_wait(&f->done, &f->lock);
+	}
+	for (int i = 0; i < n; i++)
+		s->writing[i] = c[i].id;
+	s->nwriting = n;
+	set_state(s, JNL_STREAM_FLUSHING);
+	pthread_mutex_unlock(&f->lock);
+}
+
 /* Send one claimed chunk and release (or park) it. */
 static void send_chunk(struct stream *s, const struct jnl_chunk_ref *c)
 {
-	struct jnl_flusher *f = s->f;
 	unsigned char sha[32];
 	enum fault fault = F_REMOTE;
 	size_t sent;
 	int rc;
 
-	pthread_mutex_lock(&f->lock);
-	while (!f->stop && sized(s, c->id)) /* invariant 5 */
-		pthread_cond_wait(&f->done, &f->lock);
-	s->writing[0] = c->id;
-	s->nwriting = 1;
-	set_state(s, JNL_STREAM_FLUSHING);
-	pthread_mutex_unlock(&f->lock);
+	writing_begin(s, c, 1);
 	s->path[0] = 0;
 
 	rc = chunk_write(s, c, sha, &sent, &fault);
@@ -1028,19 +1056,7 @@ static void send_put(struct stream *s)
 	/* the read side first, then the gates: a batch holding the write
 	 * side may wait in gate() for what a writer of ours would hold */
 	ns_read_begin(f);
-	pthread_mutex_lock(&f->lock);
-	for (bool again = true; again && !f->stop;) {
-		again = false;
-		for (int i = 0; i < n && !again; i++)
-			again = sized(s, c[i].id);
-		if (again)
-			pthread_cond_wait(&f->done, &f->lock);
-	}
-	for (int i = 0; i < n; i++)
-		s->writing[i] = c[i].id;
-	s->nwriting = n;
-	set_state(s, JNL_STREAM_FLUSHING);
-	pthread_mutex_unlock(&f->lock);
+	writing_begin(s, c, n);
 
 	pos = 0;
 	for (int i = 0; i < n; i++) {
@@ -1049,26 +1065,12 @@ static void send_put(struct stream *s)
 		ssize_t got;
 
 		len[i] = 0;
-		fault[i] = F_JOURNAL;
-		got = jnl_read(f->j, c[i].id, buf, c[i].length,
-			       (off_t)(c[i].index * f->chunk_size), NULL);
-		rc[i] = got < 0 ? (int)got : got == 0 ? -ENOENT : 0;
-		if (got <= 0) {
-			fault[i] = got == 0 || got == -ENOENT ? F_GONE :
-								F_JOURNAL;
+		got = chunk_prepare(s, &c[i], buf, sha[i], &fault[i]);
+		rc[i] = got < 0 ? (int)got : 0;
+		if (got < 0)
 			continue;
-		}
 		len[i] = (size_t)got;
 		pos += len[i];
-		if (!EVP_Digest(buf, len[i], sha[i], NULL, EVP_sha256(),
-				NULL)) {
-			rc[i] = -ENOMEM;
-			continue;
-		}
-		/* another writer's change first (as chunk_write()) */
-		rc[i] = conflict_check(s, c[i].id, &c[i], 0, &fault[i]);
-		if (rc[i])
-			continue;
 		fault[i] = F_JOURNAL;
 		rc[i] = jnl_node_rpath(f->j, c[i].id, path, PATH_MAX);
 		if (rc[i] == -ENOENT) {
