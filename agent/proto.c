@@ -505,23 +505,34 @@ static void data_tag(const uint8_t kmac[32], char dir, const uint8_t *hdr,
 		memset(tag, 0, 32); /* never matches (below) */
 }
 
-void agent_frame_tag(const uint8_t kmac[32], char dir, const uint8_t *hdr,
-		     const uint8_t *payload, size_t len, uint8_t tag[32])
+/* The tag of a received frame; of a DATA frame over the payload's
+ * SHA-256, which goes to @d. -ENOMEM if that digest fails. */
+static int frame_tag(const uint8_t kmac[32], char dir, const uint8_t *hdr,
+		     const uint8_t *payload, size_t len, uint8_t tag[32],
+		     uint8_t d[32])
 {
 	const void *part[3] = { &dir, hdr, payload };
 	size_t plen[3] = { 1, AGENT_HDR, len };
-	uint8_t d[32];
 
 	if (is_data(hdr)) {
 		if (!EVP_Digest(payload, len, d, NULL, EVP_sha256(), NULL))
-			memset(tag, 0, 32);
-		else
-			data_tag(kmac, dir, hdr, d, tag);
-		return;
+			return -ENOMEM;
+		data_tag(kmac, dir, hdr, d, tag);
+		return 0;
 	}
 	if (hmac(kmac, 32, part, plen, 3, tag))
 		memset(tag, 0, 32); /* never matches a real tag's check:
 				       the peer's tag is compared, ours too */
+	return 0;
+}
+
+void agent_frame_tag(const uint8_t kmac[32], char dir, const uint8_t *hdr,
+		     const uint8_t *payload, size_t len, uint8_t tag[32])
+{
+	uint8_t d[32];
+
+	if (frame_tag(kmac, dir, hdr, payload, len, tag, d))
+		memset(tag, 0, 32);
 }
 
 /* AES-256-CTR of @n bytes in place; the IV is seq and direction. */
@@ -925,16 +936,10 @@ static int recv_frame(struct agent_conn *c, uint16_t *type,
 		rc = read_full(c->fd, tag, sizeof(tag), deadline);
 	if (rc)
 		return rc;
-	if (is_data(hdr)) {
-		if (!EVP_Digest(c->rbuf, n, c->data_sha, NULL, EVP_sha256(),
-				NULL))
-			return -ENOMEM;
-		data_tag(c->kmac, c->agent ? 'C' : 'A', hdr, c->data_sha,
-			 want);
-	} else {
-		agent_frame_tag(c->kmac, c->agent ? 'C' : 'A', hdr, c->rbuf,
-				n, want);
-	}
+	rc = frame_tag(c->kmac, c->agent ? 'C' : 'A', hdr, c->rbuf, n, want,
+		       c->data_sha);
+	if (rc)
+		return rc;
 	if (CRYPTO_memcmp(tag, want, sizeof(tag)) || seq != c->seq_in)
 		return -EBADMSG;
 	if (c->encrypt && n) {
