@@ -177,16 +177,6 @@ static bool ts_eq(struct timespec a, struct timespec b)
 	return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
 }
 
-/* Is @rs (the share's attributes now) the base of imported file @nd, the
- * version its pending changes were made against (journal.h "Conflicts")? */
-static bool base_is(const struct jnl_node *nd, const struct stat *rs)
-{
-	return S_ISREG(rs->st_mode) && (uint64_t)rs->st_size == nd->base_size &&
-	       ts_eq(rs->st_mtim, nd->base_mtime) &&
-	       (uint64_t)rs->st_ino == nd->base_ino &&
-	       (uint64_t)rs->st_dev == nd->base_dev;
-}
-
 /*
  * node_stat() for what the kernel asks (lookup, getattr, open): a file
  * with nothing pending is what the share has now, so another writer's
@@ -228,7 +218,8 @@ static int node_stat_fresh(struct fs *fs, jnl_id *id, struct jnl_node *nd,
 			return rc;
 	} else if (nd->base == JNL_BASE_SET && !node_clean(nd) &&
 		   id_rpath(fs, *id, NULL, path) == 0 &&
-		   rmt_stat(fs->rmt, path, &rs) == 0 && !base_is(nd, &rs) &&
+		   rmt_stat(fs->rmt, path, &rs) == 0 &&
+		   !jnl_node_base_is(nd, &rs) &&
 		   jnl_conflict_resolve(fs->jnl, fs->rmt, *id, nd->base_seq,
 					&rs, 0, &sid) == 0) {
 		fs_itab_move_id(fs->itab, nd->base_dev, nd->base_ino, *id,

@@ -267,6 +267,10 @@ struct jnl_node {
  * Errors: -ENOENT. */
 int jnl_node_get(struct jnl *j, jnl_id id, struct jnl_node *out);
 
+/* Is @st (the remote's attributes now) the base of @nd, the version its
+ * pending changes were made against (the same rule the journal applies)? */
+bool jnl_node_base_is(const struct jnl_node *nd, const struct stat *st);
+
 /*
  * Record the remote object @st found at (@parent, @name) as a node, or
  * return the node that already overlays it: the one the dentry names, or

@@ -187,14 +187,30 @@ void jnl_rec_base_set(struct jnl_node_rec *r, const struct stat *st)
 	ts_set(&r->bmtime_sec, &r->bmtime_nsec, &st->st_mtim);
 }
 
+/* The base is @size and mtime (@sec, @nsec) of a regular file, and the
+ * remote identity (@ino, @dev) when the node has one. */
+static bool base_match(uint64_t size, int64_t sec, uint32_t nsec,
+		       uint64_t ino, uint64_t dev, const struct stat *st)
+{
+	return size == (uint64_t)st->st_size &&
+	       sec == (int64_t)st->st_mtim.tv_sec &&
+	       nsec == (uint32_t)st->st_mtim.tv_nsec &&
+	       (!ino || (ino == (uint64_t)st->st_ino &&
+			 dev == (uint64_t)st->st_dev)) &&
+	       S_ISREG(st->st_mode);
+}
+
 bool jnl_rec_base_is(const struct jnl_node_rec *r, const struct stat *st)
 {
-	return r->bsize == (uint64_t)st->st_size &&
-	       r->bmtime_sec == (int64_t)st->st_mtim.tv_sec &&
-	       r->bmtime_nsec == (uint32_t)st->st_mtim.tv_nsec &&
-	       (!r->base_ino || (r->base_ino == (uint64_t)st->st_ino &&
-				 r->base_dev == (uint64_t)st->st_dev)) &&
-	       S_ISREG(st->st_mode);
+	return base_match(r->bsize, r->bmtime_sec, r->bmtime_nsec, r->base_ino,
+			  r->base_dev, st);
+}
+
+bool jnl_node_base_is(const struct jnl_node *nd, const struct stat *st)
+{
+	return base_match(nd->base_size, (int64_t)nd->base_mtime.tv_sec,
+			  (uint32_t)nd->base_mtime.tv_nsec, nd->base_ino,
+			  nd->base_dev, st);
 }
 
 static void touch(struct jnl_node_rec *r, bool mtime)
