@@ -93,6 +93,16 @@ umount_it() {
 }
 
 sha() { sha256sum <"$1" | cut -d' ' -f1; }
+as_written() { # as_written NAME: n1 n2 n3 big on the share as in $S
+	local f
+	for f in n1 n2 n3 big; do
+		if [ "$(sha "$R/$f")" != "$(sha "$S/$f")" ]; then
+			bad "$1" "a SHA-256 differs"
+			return
+		fi
+	done
+	ok "$1"
+}
 status_json() { "$FERRYFS" status "$M" --json; }
 json_field() { # json_field KEY
 	status_json | python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"
@@ -276,12 +286,7 @@ sleep 1
 head -c $((12 << 20)) /dev/urandom >"$S/big"
 cp "$S/big" "$M/big"
 "$FERRYFS" flush "$M" --wait >/dev/null
-ok=1
-for f in n1 n2 n3 big; do
-	[ "$(sha "$R/$f")" = "$(sha "$S/$f")" ] || ok=0
-done
-[ "$ok" = 1 ] && ok "rewrites and flushes: every file on the share as written" ||
-	bad "rewrites and flushes: every file on the share as written" "a SHA-256 differs"
+as_written "rewrites and flushes: every file on the share as written"
 is "rewrites and flushes: no new conflict" "$(json_field conflicts)" 3
 # kill -9 mid-flush, then a new mount on the same journal
 head -c $((12 << 20)) /dev/urandom >"$S/big"
@@ -304,12 +309,7 @@ for f in n1 n2 n3 big; do
 done
 "$FERRYFS" flush "$M" --wait >/dev/null && ok "after kill -9: flush --wait" ||
 	bad "after kill -9: flush --wait" failed
-ok=1
-for f in n1 n2 n3 big; do
-	[ "$(sha "$R/$f")" = "$(sha "$S/$f")" ] || ok=0
-done
-[ "$ok" = 1 ] && ok "after kill -9: every fsynced file on the share as written" ||
-	bad "after kill -9: every fsynced file on the share as written" "a SHA-256 differs"
+as_written "after kill -9: every fsynced file on the share as written"
 is "after kill -9: no new conflict" "$(json_field conflicts)" 3
 umount_it
 
