@@ -177,8 +177,12 @@ classify() {
 	}' "$1"
 }
 
-# junit_output NAME JUNIT: what test NAME printed (from the JUnit file)
+# junit_output NAME JUNIT: what test NAME printed (from the JUnit file),
+# its first 30 lines; junit_output_all: all of it
 junit_output() {
+	junit_output_all "$@" | head -n 30 || true
+}
+junit_output_all() {
 	awk -v n="$1" '
 	/<testcase / { on = index($0, "name=\"" n "\"") > 0; next }
 	on && /<system-out>/ { grab = 1; sub(/.*<system-out>/, "") }
@@ -187,7 +191,16 @@ junit_output() {
 		gsub(/&lt;/, "<"); gsub(/&gt;/, ">"); gsub(/&quot;/, "\""); gsub(/&apos;/, "\047"); gsub(/&amp;/, "\\&")
 		if (length($0)) print "    | " $0
 		if (done) exit
-	}' "$2" 2>/dev/null | head -n 30 || true
+	}' "$2" 2>/dev/null || true
+}
+
+# failure_lines NAME JUNIT: the lines of test NAME's output that say what
+# failed (TAP "not ok", cmocka's FAILED/ERROR/LINE lines, "error:"), with
+# the lines around each, so the summary at the end of a long log shows them
+failure_lines() {
+	junit_output_all "$1" "$2" |
+		grep -B1 -A1 -E '^    \| (not ok|\[  (FAILED|ERROR) +\]|\[ +LINE +\]|.*(error|FAIL|[Aa]ssert)[^a-z])' |
+		grep -v '^--$' | head -n 20 || true
 }
 
 # subtest_skips JUNIT: "test: line" for each sub-test a test reported as
@@ -294,6 +307,14 @@ run_pass() {
 		while IFS= read -r k; do summaries+=("    $k"); done <<<"$subskips"
 	fi
 	((f == 0)) || failed_any=1
+	local fl
+	for k in "${failed[@]}"; do
+		[[ -s "$junit" ]] || break
+		fl=$(failure_lines "${k%% (*}" "$junit")
+		[[ -n "$fl" ]] || continue
+		summaries+=("  ${k%% (*} said:")
+		while IFS= read -r k; do summaries+=("  $k"); done <<<"$fl"
+	done
 
 	local stale
 	stale=$(findmnt -rn -t fuse.ferryfs -o TARGET 2>/dev/null || true)

@@ -8,6 +8,7 @@
 #                             [--delay-ms MS] [--export DIR] [--share DIR]
 #   tests/bench/nas.sh env    # shell variables for tests: eval "$(nas.sh env)"
 #   tests/bench/nas.sh status # what runs, and end-to-end checks from the client
+#   tests/bench/nas.sh restart-nfs # stop ganesha and start it again (it_nfs)
 #   tests/bench/nas.sh down   [--purge]
 #
 # up      Installs the Debian packages it needs (quick when present), creates
@@ -23,6 +24,8 @@
 #         Run again to change a setting: options not given keep their last
 #         value; what runs with the same configuration is left alone, what is
 #         missing or configured differently is (re)started.
+# restart-nfs  A server restart under its clients: TERM to ganesha, then
+#         started again with the same configuration; returns once it answers.
 # down    Stops everything up started (by PID), deletes both namespaces (and so
 #         the veth pair) and the run directory. Keeps the export and share
 #         directories unless --purge (which also removes the 'ferry' user if
@@ -658,7 +661,7 @@ main() {
 	shift
 	case $cmd in
 	-h | --help | help) usage 0 ;;
-	up | down | env | status) ;;
+	up | down | env | status | restart-nfs) ;;
 	*)
 		say "unknown command '$cmd'"
 		usage 2
@@ -700,6 +703,12 @@ main() {
 	down) cmd_down "$purge" ;;
 	env) cmd_env ;;
 	status) cmd_status ;;
+	restart-nfs)
+		pid_alive ganesha ganesha.nfsd "$NETNS_NAS" || die "ganesha does not run (nas.sh up first)"
+		set_in_nas
+		stop_pid ganesha ganesha.nfsd "$NETNS_NAS"
+		ganesha_up
+		;;
 	esac
 }
 

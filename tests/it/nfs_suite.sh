@@ -24,7 +24,8 @@
 #    Squash = No_Root_Squash, numeric owners) exporting a temp dir as
 #    /export. Missing Debian packages are installed (apt-get).
 # 2. it_nfs on nfs://HOST/EXPORT/v3-driver-PID, with FERRYFS_NFS_RESTART
-#    set to a command that restarts ganesha (own server only).
+#    set to a command that restarts ganesha (nas.sh restart-nfs with
+#    nas.sh's server: an already-up nas.sh sees its ganesha restarted).
 # 3. it_syscalls and it_programs on ferryfs mounts of
 #    nfs://HOST/EXPORT/<run>?version=3 (tests/it/mount_run.sh with
 #    FERRYFS_REMOTE and FERRYFS_REMOTE_DIR), the daemon in the client
@@ -183,7 +184,7 @@ nas_server() {
 		log "nas.sh env gives no NFS_URL_V3/NAS_EXPORT_DIR/CLIENT_NETNS: using our own server"
 		return 1
 	fi
-	RESTART=
+	RESTART="'$ROOT/tests/bench/nas.sh' restart-nfs"
 	log "using nas.sh's server $NFS_URL (exported from $NFS_DIR)"
 	return 0
 }
