@@ -55,6 +55,13 @@
  *     a new read transaction that the block record still names the same
  *     slot and gen (a seqlock): by 6, the slot cannot have been written
  *     between the two lookups, since its record would have gone first.
+ *  8. A pinned slot is not written: a put waits, before it writes its
+ *     slot, until no pin names it. cache_pin() pins the slots it looked
+ *     up and then checks, as in 7, that the records still name them: a
+ *     put whose eviction committed before that check is seen there (the
+ *     pin fails), one that committed after it finds the pin and waits.
+ *     So the bytes of a pinned block stay as they were while the caller
+ *     hands the slab's pages on (splice) without copying them.
  *
  * TRANSACTIONS
  *
@@ -584,13 +591,109 @@ give_back:
 	return rc;
 }
 
-int cache_put(struct cache *c, const struct cache_key *k, uint64_t index,
-	      const void *buf, size_t len)
+/* --- pins (invariant 8) ------------------------------------------------------ */
+
+static bool pinned(const struct cache *c, uint64_t slot)
+{
+	for (size_t i = 0; i < c->npins; i++)
+		if (c->pins[i] == slot)
+			return true;
+	return false;
+}
+
+/* Wait until no pin names @slot (pins last one reply each). */
+static void pin_wait(struct cache *c, uint64_t slot)
+{
+	pthread_mutex_lock(&c->pinlock);
+	while (pinned(c, slot))
+		pthread_cond_wait(&c->unpinned, &c->pinlock);
+	pthread_mutex_unlock(&c->pinlock);
+}
+
+static int pins_add(struct cache *c, const struct cache_pin *p)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&c->pinlock);
+	if (c->npins + p->n > c->pincap) {
+		size_t cap = (c->npins + p->n) * 2;
+		uint64_t *np = realloc(c->pins, cap * sizeof(*np));
+
+		if (np) {
+			c->pins = np;
+			c->pincap = cap;
+		} else {
+			rc = -ENOMEM;
+		}
+	}
+	for (unsigned int i = 0; !rc && i < p->n; i++)
+		c->pins[c->npins++] = p->s[i].slot;
+	pthread_mutex_unlock(&c->pinlock);
+	return rc;
+}
+
+void cache_unpin(struct cache *c, struct cache_pin *p)
+{
+	pthread_mutex_lock(&c->pinlock);
+	for (unsigned int i = 0; i < p->n; i++) {
+		for (size_t j = 0; j < c->npins; j++) {
+			if (c->pins[j] == p->s[i].slot) {
+				c->pins[j] = c->pins[--c->npins];
+				break;
+			}
+		}
+	}
+	pthread_cond_broadcast(&c->unpinned);
+	pthread_mutex_unlock(&c->pinlock);
+	p->n = 0;
+}
+
+/* Copy @len bytes at @off of @fd to @at of the slab through a pipe:
+ * splice() takes the source's page-cache pages by reference, so a block
+ * is copied once (into the slab), not twice (out to a buffer and back).
+ * Returns 0, -ESTALE if @fd has fewer bytes, or -errno. */
+static int splice_in(struct cache *c, int fd, off_t off, size_t len, off_t at)
+{
+	int p[2], rc = 0;
+
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -errno;
+	(void)fcntl(p[1], F_SETPIPE_SZ, (int)c->block_size); /* fewer calls */
+	while (len && !rc) {
+		ssize_t in = splice(fd, &off, p[1], NULL, len, SPLICE_F_MOVE);
+
+		if (in <= 0) {
+			rc = in == 0 ? -ESTALE : -errno;
+			if (rc == -EINTR)
+				rc = 0;
+			continue;
+		}
+		len -= (size_t)in;
+		while (in > 0 && !rc) {
+			ssize_t out = splice(p[0], NULL, c->slabfd, &at,
+					     (size_t)in, SPLICE_F_MOVE);
+
+			if (out > 0)
+				in -= out;
+			else if (out == 0)
+				rc = -EIO;
+			else if (errno != EINTR)
+				rc = -errno;
+		}
+	}
+	close(p[0]);
+	close(p[1]);
+	return rc;
+}
+
+/* A put whose bytes come from @buf, or else from @fd at @off. */
+static int put(struct cache *c, const struct cache_key *k, uint64_t index,
+	       const void *buf, int fd, off_t off, size_t len)
 {
 	uint64_t slot, gen;
 	uint8_t kb[24];
-	ssize_t n;
-	int rc;
+	off_t at;
+	int rc, wr;
 
 	if (!len || len != block_len(c, k->size, index))
 		return -EINVAL;
@@ -602,17 +705,36 @@ int cache_put(struct cache *c, const struct cache_key *k, uint64_t index,
 	if (rc || slot == UINT64_MAX)
 		return rc;
 	/* WRITING: no record names the slot, no lock is held */
-	n = sys_pwrite_all(c->slabfd, buf, len,
-			   (off_t)(slot * c->block_size));
-	if (n < 0)
+	pin_wait(c, slot);
+	at = (off_t)(slot * c->block_size);
+	if (buf) {
+		ssize_t n = sys_pwrite_all(c->slabfd, buf, len, at);
+
+		wr = n < 0 ? (int)n : 0;
+	} else {
+		wr = splice_in(c, fd, off, len, at);
+	}
+	if (wr && wr != -ESTALE)
 		LOG_ERR("cache '%s': cannot write slot %" PRIu64 ": %s", c->dir,
-			slot, strerror((int)-n));
-	rc = put_commit(c, k, kb, index, slot, gen, len, n >= 0);
-	if (n < 0)
-		return (int)n;
+			slot, strerror(-wr));
+	rc = put_commit(c, k, kb, index, slot, gen, len, wr == 0);
+	if (wr)
+		return wr;
 	if (!rc)
 		atomic_fetch_add(&c->put_bytes, len);
 	return rc;
+}
+
+int cache_put(struct cache *c, const struct cache_key *k, uint64_t index,
+	      const void *buf, size_t len)
+{
+	return put(c, k, index, buf, -1, 0, len);
+}
+
+int cache_put_fd(struct cache *c, const struct cache_key *k, uint64_t index,
+		 int fd, off_t off, size_t len)
+{
+	return put(c, k, index, NULL, fd, off, len);
 }
 
 /* --- read ------------------------------------------------------------------- */
@@ -824,6 +946,90 @@ out_free:
 	if (rb != rb_small)
 		free(rb);
 	return rc;
+}
+
+int cache_pin(struct cache *c, const struct cache_key *k, off_t off,
+	      size_t len, struct cache_pin *p)
+{
+	uint64_t bs = c->block_size, first, n, end;
+	struct rd_block rb[CACHE_PIN_MAX];
+	bool have[CACHE_PIN_MAX];
+	MDB_txn *txn;
+	int rc = 0;
+
+	p->n = 0;
+	p->fd = c->slabfd;
+	if (off < 0 || !len || (uint64_t)off > k->size ||
+	    len > k->size - (uint64_t)off)
+		return -EINVAL;
+	end = (uint64_t)off + len;
+	first = (uint64_t)off / bs;
+	n = (end - 1) / bs - first + 1;
+	if (n > CACHE_PIN_MAX)
+		return -E2BIG;
+	memset(rb, 0, sizeof(rb));
+	/* look up */
+	rc = rtx_begin(c, &txn);
+	if (rc)
+		return rc;
+	rc = check_version(c, txn, k) == 1 ? 0 : -ENOENT;
+	for (uint64_t i = 0; i < n && !rc; i++) {
+		struct cache_block_rec b;
+		uint8_t kb[24];
+
+		cache_key_block(kb, k->dev, k->ino, first + i);
+		rc = get_block(c, txn, kb, &b);
+		if (!rc && b.len != block_len(c, k->size, first + i))
+			rc = -ENOENT; /* cannot be (invariant 4) */
+		rb[i].slot = b.slot;
+		rb[i].gen = b.gen;
+		rb[i].found = true;
+		have[i] = true;
+	}
+	mdb_txn_abort(txn);
+	if (rc)
+		return rc;
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t bstart = (first + i) * bs;
+		uint64_t from = (uint64_t)off > bstart ? (uint64_t)off : bstart;
+		uint64_t to = end < bstart + bs ? end : bstart + bs;
+
+		p->s[i].slot = rb[i].slot;
+		p->s[i].off = (off_t)(rb[i].slot * bs + (from - bstart));
+		p->s[i].len = (size_t)(to - from);
+	}
+	p->n = (unsigned int)n;
+	rc = pins_add(c, p);
+	if (rc) {
+		p->n = 0;
+		return rc;
+	}
+	/* still the same records? (invariant 8) */
+	rc = rtx_begin(c, &txn);
+	if (!rc) {
+		for (uint64_t i = 0; i < n && !rc; i++) {
+			struct cache_block_rec b;
+			struct cache_slot_rec s;
+			uint8_t kb[24];
+
+			cache_key_block(kb, k->dev, k->ino, first + i);
+			if (get_block(c, txn, kb, &b) ||
+			    b.slot != rb[i].slot || b.gen != rb[i].gen ||
+			    get_slot(c, txn, b.slot, &s))
+				rc = -ENOENT;
+			else
+				rb[i].lru = s.lru;
+		}
+		mdb_txn_abort(txn);
+	}
+	if (rc) {
+		cache_unpin(c, p);
+		return rc;
+	}
+	atomic_fetch_add(&c->hits, n);
+	atomic_fetch_add(&c->hit_bytes, len);
+	touch(c, k, first, rb, have, n);
+	return 0;
 }
 
 bool cache_has(struct cache *c, const struct cache_key *k, uint64_t index)
@@ -1257,6 +1463,8 @@ int cache_open(const char *dir, const struct cache_config *cfg,
 	}
 	c->dirfd = c->slabfd = -1;
 	pthread_mutex_init(&c->wlock, NULL);
+	pthread_mutex_init(&c->pinlock, NULL);
+	pthread_cond_init(&c->unpinned, NULL);
 	rc = open_dir(c);
 	if (!rc)
 		rc = open_env(c, cfg);
@@ -1304,6 +1512,9 @@ void cache_close(struct cache *c)
 	close(c->slabfd);
 	close(c->dirfd); /* drops the flock */
 	pthread_mutex_destroy(&c->wlock);
+	pthread_mutex_destroy(&c->pinlock);
+	pthread_cond_destroy(&c->unpinned);
+	free(c->pins);
 	free(c->free_slots);
 	free(c->dir);
 	free(c);

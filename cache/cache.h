@@ -50,7 +50,7 @@
  *
  * Read-ahead engine (struct cache_ra, readahead.c): N fetch threads, each
  * with its own remote connection, that pread blocks at a remote path and
- * cache_put() them. The FUSE layer tells it about every read
+ * cache_put() them (cache_put_fd() where the remote gives a kernel fd). The FUSE layer tells it about every read
  * (cache_ra_note()); a sequential pattern queues the blocks ahead.
  */
 #ifndef FERRYFS_CACHE_H
@@ -127,6 +127,40 @@ int cache_read(struct cache *c, const struct cache_key *k, void *buf,
  */
 int cache_put(struct cache *c, const struct cache_key *k, uint64_t index,
 	      const void *buf, size_t len);
+
+/*
+ * cache_put() with the bytes read from the kernel file @fd at @off
+ * (splice(): the source's pages are not copied to user space). A file
+ * with fewer than @len bytes there gives -ESTALE and caches nothing.
+ * Also -errno of splice() (-EINVAL for an fd it cannot splice from).
+ */
+int cache_put_fd(struct cache *c, const struct cache_key *k, uint64_t index,
+		 int fd, off_t off, size_t len);
+
+/*
+ * Pin [@off, @off + @len) of version @k, which must lie inside the file,
+ * when every block of it is cached: *p then says where its bytes are in
+ * the slab (p->fd, the spans s[0..n) in order), and no put overwrites
+ * them until cache_unpin(c, p), which the caller calls soon (after one
+ * reply: a put of another block may wait for it). Counts hits and marks
+ * the blocks used like cache_read(). Returns 0; -ENOENT if a block is not
+ * cached (or the version differs; nothing pinned, nothing counted);
+ * -E2BIG for a range over more than CACHE_PIN_MAX blocks; -EINVAL;
+ * -ENOMEM, -EIO.
+ */
+#define CACHE_PIN_MAX 17 /* a 1 MiB read over 64 KiB blocks */
+struct cache_pin {
+	int fd; /* the slab */
+	unsigned int n;
+	struct {
+		uint64_t slot;
+		off_t off; /* in the slab */
+		size_t len;
+	} s[CACHE_PIN_MAX];
+};
+int cache_pin(struct cache *c, const struct cache_key *k, off_t off,
+	      size_t len, struct cache_pin *p);
+void cache_unpin(struct cache *c, struct cache_pin *p);
 
 /* Is block @index of version @k cached? No LRU touch, no counting. */
 bool cache_has(struct cache *c, const struct cache_key *k, uint64_t index);

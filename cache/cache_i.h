@@ -59,7 +59,8 @@ struct cache_file_rec {
 	int64_t mtime_sec, mtime_nsec, ctime_sec, ctime_nsec;
 };
 
-/* Lock order: wlock, then LMDB's own writer lock (inside mdb_txn_begin). */
+/* Lock order: wlock, then LMDB's own writer lock (inside mdb_txn_begin).
+ * pinlock is taken with no other lock held. */
 struct cache {
 	char *dir;
 	int dirfd;  /* flock()ed while open */
@@ -79,6 +80,13 @@ struct cache {
 
 	_Atomic uint64_t hits, misses, hit_bytes, put_bytes, evictions,
 		invalidations;
+
+	/* slots pinned by cache_pin() (a multiset; few at a time): no put
+	 * writes a pinned slot (invariant 8) */
+	pthread_mutex_t pinlock;
+	pthread_cond_t unpinned; /* a pin went */
+	uint64_t *pins;          /* protected by pinlock */
+	size_t npins, pincap;    /* protected by pinlock */
 };
 
 /* The one map from LMDB codes to -errno. */

@@ -207,6 +207,16 @@ static ssize_t fetch(struct ra_stream *s, const struct ra_job *j)
 	rc = file_get(s, j, &o);
 	if (rc)
 		return rc;
+	if (rmt_file_fd(o->f) >= 0) {
+		/* a kernel file (the path driver): spliced into the slab */
+		rc = cache_put_fd(c, &j->k, j->index, rmt_file_fd(o->f),
+				  (off_t)start, len);
+		if (rc != -EINVAL) {
+			if (!rc)
+				rmt_file_count_read(o->f, len);
+			return rc ? rc : (ssize_t)len;
+		}
+	}
 	n = rmt_file_pread(o->f, s->buf, len, (off_t)start);
 	if (n < 0) {
 		file_close(o);

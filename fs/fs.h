@@ -29,6 +29,8 @@ struct fs_opts {
 	bool no_direct_write;    /* -o no_direct_write: write-only opens
 				    through the page cache too */
 	unsigned int max_threads;  /* -o max_threads=N, default 16 */
+	unsigned int max_read;     /* -o max_read=BYTES: the largest read
+				      the kernel sends (FS_MAX_READ) */
 	int clone_fd;              /* -o clone_fd (libfuse's) */
 	unsigned int max_idle_threads; /* -o max_idle_threads=N */
 	/* write-back over the journal (journal/) */

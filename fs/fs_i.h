@@ -295,6 +295,12 @@ void fs_read_release(struct fs_handle *h);
  * of the file. Returns the count or -errno. */
 ssize_t fs_read_remote(struct fs *fs, struct fs_handle *h, char *buf,
 		       size_t len, off_t off);
+/* Reply to a read of a cacheable handle (h->cacheable): spliced from the
+ * block cache when every block of it is cached (after waiting for
+ * read-ahead), else through a buffer as fs_read_remote(). */
+struct fuse_req; /* fuse_req_t */
+void fs_read_reply(struct fs *fs, struct fs_handle *h, struct fuse_req *req,
+		   size_t size, off_t off);
 int fs_cache_open(struct fs *fs);
 int fs_cache_start(struct fs *fs);
 void fs_cache_stop(struct fs *fs);
@@ -303,6 +309,11 @@ int fs_cache_status(struct fs *fs, char *buf, size_t size);
 
 /* the largest FUSE write and read, and the st_blksize of files (ops.c) */
 #define FS_MAX_WRITE (1u << 20)
+/* Default -o max_read: a read reply of 512 KiB and its header fit the
+ * 1 MiB pipe an unprivileged process can have (pipe-max-size), so libfuse
+ * splices it from the share's or the cache's file; a 1 MiB reply does not
+ * and is copied through a buffer. */
+#define FS_MAX_READ (512u << 10)
 
 #ifdef FUSE_LOWLEVEL_H_
 /* What ops.c and wb.c call every FUSE argument. An inode number is the

@@ -246,10 +246,12 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 
 	if (conn->capable & FUSE_CAP_EXPORT_SUPPORT)
 		conn->want &= ~FUSE_CAP_EXPORT_SUPPORT;
-	/* reads: splice file pages into /dev/fuse, saving a copy. Not
-	 * SPLICE_READ: it needs a pipe of max_write + a header, above the
-	 * default pipe-max-size, so libfuse would fall back anyway. */
-	if (fs->use_fd && (conn->capable & FUSE_CAP_SPLICE_WRITE))
+	/* reads: splice the share's or the block cache's file pages into
+	 * /dev/fuse, saving a copy. Not SPLICE_READ: it needs a pipe of
+	 * max_write + a header, above the default pipe-max-size, so libfuse
+	 * would fall back anyway. */
+	if ((fs->use_fd || fs->cache) &&
+	    (conn->capable & FUSE_CAP_SPLICE_WRITE))
 		conn->want |= FUSE_CAP_SPLICE_WRITE;
 	conn->want &= ~FUSE_CAP_SPLICE_READ;
 
@@ -258,6 +260,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 	conn->max_write = FS_MAX_WRITE;
+	conn->max_read = fs->o->max_read; /* = the mount option (opts.c) */
 	conn->max_readahead = FS_READAHEAD_KB * 1024; /* see set_readahead() */
 	conn->time_gran = 1;
 }
@@ -741,6 +744,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 							      (uint64_t)off
 						    : size);
 		fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
+		return;
+	}
+	if (h->cacheable) {
+		fs_read_reply(fs, h, req, size, off);
 		return;
 	}
 	buf = malloc(size ? size : 1);

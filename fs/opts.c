@@ -20,6 +20,7 @@
 #include <fuse_opt.h>
 
 #include "fs.h"
+#include "fs_i.h"
 #include "remote.h"
 
 enum {
@@ -52,6 +53,7 @@ static const struct fuse_opt opt_spec[] = {
 	OPT("clone_fd", clone_fd),
 	OPTV("max_idle_threads=%u", max_idle_threads),
 	OPTV("max_threads=%u", max_threads),
+	OPTV("max_read=%u", max_read),
 	OPTV("attr_timeout=%lf", attr_timeout),
 	OPTV("entry_timeout=%lf", entry_timeout),
 	OPTV("negative_timeout=%lf", negative_timeout),
@@ -254,6 +256,7 @@ static int parse_into(struct parse_ctx *cp, int argc, char *argv[],
 	o->entry_timeout = 1.0;
 	o->negative_timeout = 1.0;
 	o->max_threads = 16;
+	o->max_read = FS_MAX_READ;
 	o->max_idle_threads = 8;
 	o->streams = 4;
 	o->readahead = 4;
@@ -310,12 +313,26 @@ static int parse_into(struct parse_ctx *cp, int argc, char *argv[],
 		return -EINVAL;
 	}
 
+	if (o->max_read < 4096 || o->max_read > FS_MAX_WRITE) {
+		snprintf(err, errsize, "max_read must be 4096..%u",
+			 FS_MAX_WRITE);
+		return -EINVAL;
+	}
+
 	if (parse_journal_opts(o, err, errsize) < 0)
 		return -EINVAL;
 
 	if (fuse_opt_add_arg(args, "-odefault_permissions") < 0 ||
 	    fuse_opt_add_arg(args, "-osubtype=ferryfs") < 0)
 		return -ENOMEM;
+	{
+		/* libfuse wants it as a mount option and in init() */
+		char mr[32];
+
+		snprintf(mr, sizeof(mr), "-omax_read=%u", o->max_read);
+		if (fuse_opt_add_arg(args, mr) < 0)
+			return -ENOMEM;
+	}
 	{
 		char *esc = NULL, *fsname = NULL;
 		int rc;
@@ -401,6 +418,8 @@ void fs_usage(const char *progname)
 	       "                           opens too (slower; see README)\n"
 	       "    -o max_threads=N       at most N worker threads (16)\n"
 	       "    -o max_idle_threads=N  keep N idle threads (8)\n"
+	       "    -o max_read=BYTES      largest read the kernel asks for (512Ki:\n"
+	       "                           a reply then fits a pipe and is spliced)\n"
 	       "    -o clone_fd            one /dev/fuse fd per thread\n"
 	       "    -o connections=N       connections to an nfs:// or smb://\n"
 	       "                           remote (4)\n"

@@ -19,6 +19,10 @@
  *      sequential reader or a read that covers it (then cached), only the
  *      part asked for otherwise (a random reader fetches no more than it
  *      reads).
+ * A FUSE read whose blocks are all cached (at once or after waiting for
+ * read-ahead) is answered from the slab's pages by splice (cache_pin():
+ * no put overwrites them meanwhile), without copying them through a
+ * buffer; the others through a buffer (steps 2 and 3).
  * Counters (app bytes, share bytes) go to `ferryfs status`.
  */
 #include <errno.h>
@@ -29,6 +33,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#define FUSE_USE_VERSION 314
+#include <fuse_lowlevel.h>
 
 #include "cache.h"
 #include "fs.h"
@@ -78,21 +85,11 @@ static ssize_t fetch_block(struct fs *fs, struct fs_handle *h, uint64_t idx,
 	return n;
 }
 
-ssize_t fs_read_remote(struct fs *fs, struct fs_handle *h, char *buf,
-		       size_t len, off_t off)
+/* The start of a read of a cacheable handle: @len clipped to the file's
+ * size at open (0 at or past its end), counted, told to read-ahead. */
+static size_t read_begin(struct fs *fs, struct fs_handle *h, size_t len,
+			 off_t off)
 {
-	uint64_t bs, first, last, idx;
-	bool *have = NULL;
-	char *blk = NULL;
-	ssize_t n;
-	int rc = 0;
-
-	if (!h->cacheable) {
-		n = rmt_file_pread_all(h->file, buf, len, off);
-		if (n > 0)
-			atomic_fetch_add(&fs->share_read_bytes, (uint64_t)n);
-		return n;
-	}
 	if ((uint64_t)off >= h->key.size || len == 0)
 		return 0;
 	if (len > h->key.size - (uint64_t)off)
@@ -103,6 +100,19 @@ ssize_t fs_read_remote(struct fs *fs, struct fs_handle *h, char *buf,
 		cache_ra_note(fs->ra, &h->ra, h->rpath, &h->key, off, len);
 		pthread_mutex_unlock(&h->lock);
 	}
+	return len;
+}
+
+/* [off, off + len) through the cache into @buf (read_begin() done). */
+static ssize_t read_fill(struct fs *fs, struct fs_handle *h, char *buf,
+			 size_t len, off_t off)
+{
+	uint64_t bs, first, last, idx;
+	bool *have = NULL;
+	char *blk = NULL;
+	ssize_t n;
+	int rc = 0;
+
 	bs = cache_block_size(fs->cache);
 	first = (uint64_t)off / bs;
 	last = ((uint64_t)off + len - 1) / bs;
@@ -162,6 +172,87 @@ ssize_t fs_read_remote(struct fs *fs, struct fs_handle *h, char *buf,
 	free(blk);
 	free(have);
 	return rc < 0 ? rc : (ssize_t)len;
+}
+
+ssize_t fs_read_remote(struct fs *fs, struct fs_handle *h, char *buf,
+		       size_t len, off_t off)
+{
+	ssize_t n;
+
+	if (h->cacheable) {
+		len = read_begin(fs, h, len, off);
+		return len ? read_fill(fs, h, buf, len, off) : 0;
+	}
+	n = rmt_file_pread_all(h->file, buf, len, off);
+	if (n > 0)
+		atomic_fetch_add(&fs->share_read_bytes, (uint64_t)n);
+	return n;
+}
+
+/* Pin the cached blocks of [off, off + len), waiting for read-ahead's
+ * fetches of those not cached yet. */
+static int read_pin(struct fs *fs, struct fs_handle *h, size_t len, off_t off,
+		    struct cache_pin *p)
+{
+	uint64_t bs = cache_block_size(fs->cache);
+	int rc = cache_pin(fs->cache, &h->key, off, len, p);
+
+	if (rc != -ENOENT || !fs->ra)
+		return rc;
+	for (uint64_t i = (uint64_t)off / bs; i <= ((uint64_t)off + len - 1) / bs;
+	     i++)
+		if (!cache_has(fs->cache, &h->key, i))
+			cache_ra_wait(fs->ra, &h->key, i, 10000);
+	return cache_pin(fs->cache, &h->key, off, len, p);
+}
+
+void fs_read_reply(struct fs *fs, struct fs_handle *h, fuse_req_t req,
+		   size_t size, off_t off)
+{
+	size_t len = read_begin(fs, h, size, off);
+	struct cache_pin pin;
+	char *buf;
+	ssize_t n;
+
+	if (!len) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	if (read_pin(fs, h, len, off, &pin) == 0) {
+		/* the slab's pages spliced into /dev/fuse (libfuse copies
+		 * through a buffer where it cannot splice) */
+		struct fuse_bufvec *bv =
+			malloc(sizeof(*bv) + pin.n * sizeof(bv->buf[0]));
+
+		if (bv) {
+			*bv = (struct fuse_bufvec)FUSE_BUFVEC_INIT(0);
+			bv->count = pin.n;
+			for (unsigned int i = 0; i < pin.n; i++) {
+				bv->buf[i] = bv->buf[0];
+				bv->buf[i].size = pin.s[i].len;
+				bv->buf[i].flags = FUSE_BUF_IS_FD |
+						   FUSE_BUF_FD_SEEK;
+				bv->buf[i].fd = pin.fd;
+				bv->buf[i].pos = pin.s[i].off;
+			}
+			fuse_reply_data(req, bv, FUSE_BUF_SPLICE_MOVE);
+			cache_unpin(fs->cache, &pin);
+			free(bv);
+			return;
+		}
+		cache_unpin(fs->cache, &pin);
+	}
+	buf = malloc(len);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	n = read_fill(fs, h, buf, len, off);
+	if (n < 0)
+		fuse_reply_err(req, (int)-n);
+	else
+		fuse_reply_buf(req, buf, (size_t)n);
+	free(buf);
 }
 
 int fs_cache_open(struct fs *fs)

@@ -13,6 +13,8 @@
 #   corrupted journal  one clear line, exit != 0, no crash
 #   cache_ttl=SEC      a stat within SEC keeps a file's cached attributes,
 #                      the next open sees the share's change; 0: at once
+#   max_read=BYTES     mounts (libfuse wants it twice: mount option and
+#                      init) and reads right; out of range is refused
 set -u
 FERRYFS=${1:?usage: it_options.sh FERRYFS}
 if [ "$(id -u)" != 0 ] || [ ! -c /dev/fuse ]; then
@@ -126,6 +128,26 @@ if "$FERRYFS" mount "$T/ttl" "$M" -o "journal=$T/ttl.j,cache_ttl=-1" 2>"$T/err";
 else
 	grep -q 'cache_ttl must be' "$T/err" && ok "cache_ttl=-1 is refused: $(cat "$T/err")" ||
 		bad "cache_ttl=-1 is refused with the reason" "$(cat "$T/err")"
+fi
+
+# --- max_read: the kernel's largest read; what is read stays right -------------------
+if mount_with mr "max_read=65536"; then
+	head -c $((3 << 20)) /dev/urandom >"$T/mr/f"
+	a=$(sha256sum <"$T/mr/f")
+	b=$(sha256sum <"$M/f")
+	c=$(sha256sum <"$M/f") # again: from the block cache
+	[ "$a" = "$b" ] && [ "$a" = "$c" ] && ok "max_read=65536: a 3 MiB file reads back the same, cold and cached" ||
+		bad "max_read=65536: a 3 MiB file reads back the same" "$a / $b / $c"
+	umount_it
+else
+	bad "mount with max_read=65536" "$(cat "$T/err")"
+fi
+if "$FERRYFS" mount "$T/mr" "$M" -o "journal=$T/mr.j,max_read=100" 2>"$T/err"; then
+	bad "max_read=100 is refused" "mounted"
+	umount_it
+else
+	grep -q 'max_read must be' "$T/err" && ok "max_read=100 is refused: $(cat "$T/err")" ||
+		bad "max_read=100 is refused with the reason" "$(cat "$T/err")"
 fi
 
 # --- a journal belongs to one share ------------------------------------------------

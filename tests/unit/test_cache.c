@@ -205,6 +205,111 @@ static void test_cache__put_read_round_trip(void **state)
 	free(buf);
 }
 
+/* cache_put_fd: the bytes spliced from a file; a file shorter than the
+ * block caches nothing and gives the slot back. */
+static void test_cache__put_fd(void **state)
+{
+	struct fx *fx = *state;
+	struct cache_key k = key(9, 2 * BS + 300, 100);
+	char path[PATH_MAX + 8];
+	char *buf = malloc(3 * BS);
+	struct cache_stats st;
+	bool have[3];
+	int fd;
+
+	open_cache(fx, 16 * BS, BS);
+	snprintf(path, sizeof(path), "%s/f", fx->share);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	fill(buf, 9, 0, 2 * BS + 300);
+	assert_int_equal(pwrite(fd, buf, 2 * BS + 300, 0), 2 * BS + 300);
+	assert_rc_ok(cache_put_fd(fx->c, &k, 1, fd, BS, BS));
+	assert_rc_ok(cache_put_fd(fx->c, &k, 2, fd, 2 * BS, 300));
+	assert_rc_err(cache_put_fd(fx->c, &k, 2, fd, 2 * BS, BS), EINVAL);
+	cache_assert_sane(fx->c);
+	memset(buf, 0, 3 * BS);
+	assert_rc_ok(cache_read(fx->c, &k, buf, BS + 300, BS, have));
+	assert_true(have[0] && have[1]);
+	assert_true(check(buf, 9, BS, BS + 300));
+	/* the file lost its last bytes: block 0 of another version cannot
+	 * be had from it at 2 * BS */
+	assert_int_equal(ftruncate(fd, 2 * BS + 100), 0);
+	assert_rc_err(cache_put_fd(fx->c, &k, 0, fd, 2 * BS, BS), ESTALE);
+	assert_false(cache_has(fx->c, &k, 0));
+	cache_assert_sane(fx->c);
+	cache_stats(fx->c, &st);
+	assert_int_equal(st.blocks, 2);
+	assert_int_equal(st.put_bytes, BS + 300);
+	close(fd);
+	free(buf);
+}
+
+struct put_arg {
+	struct cache *c;
+	struct cache_key k;
+	uint64_t idx;
+	int rc;
+	_Atomic bool done;
+};
+
+static void *put_thread(void *arg)
+{
+	struct put_arg *a = arg;
+
+	a->rc = put(a->c, &a->k, a->idx);
+	atomic_store(&a->done, true);
+	return NULL;
+}
+
+/* cache_pin: all or nothing; a pinned slot is not overwritten by a put
+ * that evicts its block: the put waits for cache_unpin(). */
+static void test_cache__pin_holds_slots(void **state)
+{
+	struct fx *fx = *state;
+	struct cache_key k = key(10, 3 * BS, 100);
+	struct put_arg a = { .k = k, .idx = 2 };
+	struct cache_stats st;
+	struct cache_pin p;
+	char *buf = malloc(BS);
+	pthread_t th;
+	size_t got = 0;
+
+	open_cache(fx, 2 * BS, BS);
+	a.c = fx->c;
+	assert_rc_ok(put(fx->c, &k, 0));
+	assert_rc_err(cache_pin(fx->c, &k, 0, 2 * BS, &p), ENOENT);
+	assert_int_equal(p.n, 0);
+	assert_rc_err(cache_pin(fx->c, &k, BS, 2 * BS + 1, &p), EINVAL);
+	assert_rc_ok(put(fx->c, &k, 1));
+	cache_stats(fx->c, &st);
+	assert_int_equal(st.hits, 0); /* a failed pin counts nothing */
+	/* both slots pinned, 100 bytes into block 0 to 10 into block 1 */
+	assert_rc_ok(cache_pin(fx->c, &k, 100, BS - 90, &p));
+	assert_int_equal(p.n, 2);
+	assert_int_equal(p.s[0].len, BS - 100);
+	assert_int_equal(p.s[1].len, 10);
+	cache_stats(fx->c, &st);
+	assert_int_equal(st.hits, 2);
+	/* block 2 needs a slot: it evicts block 0 or 1, then waits */
+	assert_int_equal(pthread_create(&th, NULL, put_thread, &a), 0);
+	usleep(300 * 1000);
+	assert_false(atomic_load(&a.done));
+	for (unsigned int i = 0; i < p.n; i++) {
+		assert_int_equal(pread(p.fd, buf, p.s[i].len, p.s[i].off),
+				 (ssize_t)p.s[i].len);
+		assert_true(check(buf, 10, 100 + got, p.s[i].len));
+		got += p.s[i].len;
+	}
+	cache_unpin(fx->c, &p);
+	assert_int_equal(p.n, 0);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_rc_ok(a.rc);
+	assert_true(cache_has(fx->c, &k, 2));
+	assert_false(cache_has(fx->c, &k, 0) && cache_has(fx->c, &k, 1));
+	cache_assert_sane(fx->c);
+	free(buf);
+}
+
 static void test_cache__partial_last_block(void **state)
 {
 	struct fx *fx = *state;
@@ -501,10 +606,39 @@ static void *worker_main(void *arg)
 		uint64_t ino = 100 + (uint64_t)(rand_r(&w->seed) % 3);
 		struct cache_key k = key(ino, 32 * BS - 1000, 100);
 		uint64_t idx = (uint64_t)(rand_r(&w->seed) % 32);
+		int op = rand_r(&w->seed) % 3;
 
-		if (rand_r(&w->seed) % 2) {
+		if (op == 0) {
 			if (put(w->c, &k, idx))
 				w->errors++;
+		} else if (op == 1) {
+			/* pinned bytes stay right while puts evict around */
+			off_t off = (off_t)(idx * BS) + rand_r(&w->seed) % BS;
+			size_t len = BS + (size_t)(rand_r(&w->seed) % BS);
+			struct cache_pin p;
+			uint64_t pos = (uint64_t)off;
+			int rc;
+
+			if (pos >= k.size)
+				continue;
+			if (len > k.size - pos)
+				len = (size_t)(k.size - pos);
+			rc = cache_pin(w->c, &k, off, len, &p);
+			if (rc == -ENOENT)
+				continue;
+			if (rc) {
+				w->errors++;
+				continue;
+			}
+			usleep((useconds_t)(rand_r(&w->seed) % 300));
+			for (unsigned int i = 0; i < p.n; i++) {
+				if (pread(p.fd, buf, p.s[i].len, p.s[i].off) !=
+					    (ssize_t)p.s[i].len ||
+				    !check(buf, ino, pos, p.s[i].len))
+					w->bad++;
+				pos += p.s[i].len;
+			}
+			cache_unpin(w->c, &p);
 		} else {
 			off_t off = (off_t)(idx * BS) + rand_r(&w->seed) % BS;
 			size_t len = BS + (size_t)(rand_r(&w->seed) % BS);
@@ -737,6 +871,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T(test_cache__put_read_round_trip),
+		T(test_cache__put_fd),
+		T(test_cache__pin_holds_slots),
 		T(test_cache__partial_last_block),
 		T(test_cache__have_across_block_boundaries),
 		T(test_cache__version_change_invalidates),
