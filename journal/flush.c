@@ -394,6 +394,8 @@ static void backoff_reset(struct stream *s)
 }
 
 /* A transient failure: count it, back off. */
+static void handles_close_all(struct stream *s);
+
 static void backoff(struct stream *s, int rc, const char *what)
 {
 	struct jnl_flusher *f = s->f;
@@ -404,12 +406,13 @@ static void backoff(struct stream *s, int rc, const char *what)
 	s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : BACKOFF_MIN_MS;
 	if (s->backoff_ms > f->backoff_max_ms)
 		s->backoff_ms = f->backoff_max_ms;
+	/* a file this stream keeps open may be what the remote is waiting
+	 * for (an rmdir of the directory it was unlinked from: -EBUSY) */
+	handles_close_all(s);
 	pthread_mutex_lock(&f->lock);
 	s->backoff_until = now_ns() + (int64_t)s->backoff_ms * NS_PER_MS;
 	pthread_mutex_unlock(&f->lock);
 }
-
-static void handles_close_all(struct stream *s);
 
 /* Flush through @r from now on (the share or the agent). */
 static void use_remote(struct stream *s, struct rmt *r)
@@ -1484,6 +1487,38 @@ static bool moves_names(enum jnl_op_type t)
 	return t == JNL_OP_UNLINK || t == JNL_OP_RMDIR || t == JNL_OP_RENAME;
 }
 
+struct names {
+	char buf[256];
+	int n;
+};
+
+static int name_add(const char *name, const struct stat *st, void *arg)
+{
+	struct names *nm = arg;
+	size_t l = strlen(nm->buf);
+
+	(void)st;
+	if (nm->n++ < 5)
+		snprintf(nm->buf + l, sizeof(nm->buf) - l, "%s'%s'",
+			 l ? ", " : "", name);
+	return 0;
+}
+
+/* An rmdir the remote refused with ENOTEMPTY: say what is in it. */
+static void log_remote_names(struct stream *s)
+{
+	struct names nm = { .buf = "" };
+	int rc = rmt_readdir(s->r, s->path, name_add, &nm);
+
+	if (rc)
+		LOG_ERR("'%s' on the remote: cannot list it: %s", s->path,
+			strerror(-rc));
+	else
+		LOG_ERR("'%s' on the remote holds %d name%s: %s%s", s->path,
+			nm.n, nm.n == 1 ? "" : "s", nm.buf,
+			nm.n > 5 ? ", ..." : "");
+}
+
 /* End op @op after its replay and ack gave @rc (invariant 6). */
 static void replay_done(struct stream *s, const struct jnl_op *op, int rc,
 			enum fault fault)
@@ -1528,6 +1563,8 @@ static void replay_done(struct stream *s, const struct jnl_op *op, int rc,
 			op_name(op->type), s->path[0] ? s->path : op->name,
 			s->path2[0] ? " -> " : "", s->path2, op->id,
 			strerror(-rc));
+		if (op->type == JNL_OP_RMDIR && rc == -ENOTEMPTY)
+			log_remote_names(s);
 		rc2 = jnl_op_fail(f->j, op->seq, true);
 		if (rc2 == -EIO)
 			journal_failed(s, rc2);

@@ -1166,8 +1166,9 @@ static int stat_path(struct nrmt *n, const char *path, struct stat *st)
  *                               does not matter), NFSv4 by path
  *
  * As with ".nfsXXXX" files, the hidden name is listed while the file is
- * open, a directory holding one cannot be removed (ENOTEMPTY), and a
- * crash leaves it behind. A file opened on another connection between the
+ * open, and a crash leaves it behind. A directory holding only hidden
+ * names is not empty for the server: nrmt_rmdir() answers -EBUSY while
+ * one of them is a file open here, and removes those of no open file. A file opened on another connection between the
  * check and the REMOVE is removed (a narrow race the kernel client closes
  * with its inode locks).
  */
@@ -1290,11 +1291,15 @@ static int hide(struct nrmt *n, const char *path, struct openfile *of)
 	size_t plen = parent_len(path);
 	char from[PATH_BUF], to[PATH_BUF];
 	struct nfs_fh3 dir = { { 0, NULL } };
+	char hname[sizeof(of->hname)];
 	int rc;
 
-	snprintf(of->hname, sizeof(of->hname), ".ferryfs.%llx.%x",
+	snprintf(hname, sizeof(hname), ".ferryfs.%llx.%x",
 		 (unsigned long long)of->ino,
 		 atomic_fetch_add(&hidden_seq, 1) + 1);
+	pthread_mutex_lock(&open_lock); /* nrmt_rmdir() reads it */
+	memcpy(of->hname, hname, sizeof(hname));
+	pthread_mutex_unlock(&open_lock);
 	if (plen + 1 + strlen(of->hname) + 2 > sizeof(to))
 		return -ENAMETOOLONG;
 	abs_path(from, path);
@@ -1812,14 +1817,82 @@ static int check_type4(struct nrmt *n, const char *path, bool dir)
 	return 0;
 }
 
+static int rmdir_once(struct nrmt *n, const char *path)
+{
+	NAME_OP(n, path, nfs_rmdir_async(n->nfs, p, done_cb, &w));
+}
+
+static int unlink_once(struct nrmt *n, const char *path)
+{
+	NAME_OP(n, path, nfs_unlink_async(n->nfs, p, done_cb, &w));
+}
+
+struct hidden_scan {
+	struct nrmt *n;
+	const char *dir;
+	bool other; /* a name that is not a hidden one */
+	bool busy;  /* a hidden name of a file open here */
+	int rc;     /* of removing a stale hidden name */
+};
+
+static int hidden_one(const char *name, const struct stat *st, void *arg)
+{
+	struct hidden_scan *h = arg;
+	char path[PATH_BUF];
+	struct openfile *of;
+	bool ours = false;
+	int rc;
+
+	(void)st;
+	if (strncmp(name, ".ferryfs.", 9)) {
+		h->other = true;
+		return -ECANCELED; /* really not empty: stop */
+	}
+	pthread_mutex_lock(&open_lock);
+	for (of = open_files; of && !ours; of = of->next)
+		ours = !strcmp(of->share, h->n->base.id) &&
+		       !strcmp(of->hname, name); /* hidden, or being so */
+	pthread_mutex_unlock(&open_lock);
+	if (ours) {
+		h->busy = true;
+		return 0;
+	}
+	/* left behind by a process that ended without its last close */
+	if (snprintf(path, sizeof(path), "%s/%s", h->dir, name) >=
+	    (int)sizeof(path))
+		return -ENAMETOOLONG;
+	rc = unlink_once(h->n, path);
+	if (rc < 0 && rc != -ENOENT)
+		h->rc = rc;
+	return 0;
+}
+
+/*
+ * A directory that holds only hidden names (open files unlinked here, see
+ * "silly renames") is not empty for the server. Those of files still open
+ * here make the rmdir -EBUSY: it can succeed once they are closed (the
+ * flusher tries again later). Those of no open file, which a killed
+ * process left behind, are removed, and the rmdir is made again.
+ */
 static int nrmt_rmdir(struct rmt *r, const char *path)
 {
 	struct nrmt *n = to_nrmt(r);
+	struct hidden_scan h = { .n = n, .dir = path };
 	int rc = check_type4(n, path, true);
 
 	if (rc < 0)
 		return rc;
-	NAME_OP(n, path, nfs_rmdir_async(n->nfs, p, done_cb, &w));
+	rc = rmdir_once(n, path);
+	if (rc != -ENOTEMPTY)
+		return rc;
+	rc = nrmt_readdir(r, path, hidden_one, &h);
+	if (h.other || (rc < 0 && rc != -ECANCELED))
+		return -ENOTEMPTY;
+	if (h.busy)
+		return -EBUSY;
+	if (h.rc < 0)
+		return h.rc;
+	return rmdir_once(n, path);
 }
 
 static int nrmt_unlink(struct rmt *r, const char *path)

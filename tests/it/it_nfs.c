@@ -669,6 +669,37 @@ static void test_nfs__open_file_survives_unlink(void **state)
 	assert_rc_ok(rmt_file_close(f));
 }
 
+/* A directory that holds only hidden names: -EBUSY while their files are
+ * open here, removable once closed; a hidden name no file of ours has (a
+ * killed process left it) is removed with the directory; a real name
+ * keeps the directory. */
+static void test_nfs__rmdir_over_hidden_names(void **state)
+{
+	struct fx *fx = *state;
+	struct rmt_file *f;
+	struct stat st;
+
+	assert_rc_ok(rmt_mkdir(fx->r, rp(fx, "d"), 0755));
+	put(fx, "d/f", "data");
+	assert_rc_ok(rmt_file_open(fx->r, rp(fx, "d/f"), O_RDONLY, 0, &f));
+	assert_rc_ok(rmt_unlink(fx->r, rp(fx, "d/f")));
+	assert_rc_err(rmt_rmdir(fx->r, rp(fx, "d")), EBUSY);
+	assert_rc_ok(rmt_file_close(f));
+	assert_rc_ok(rmt_rmdir(fx->r, rp(fx, "d")));
+	assert_rc_err(rmt_stat(fx->r, rp(fx, "d"), &st), ENOENT);
+
+	assert_rc_ok(rmt_mkdir(fx->r, rp(fx, "e"), 0755));
+	put(fx, "e/.ferryfs.77.1", "left behind");
+	assert_rc_ok(rmt_rmdir(fx->r, rp(fx, "e")));
+	assert_rc_err(rmt_stat(fx->r, rp(fx, "e"), &st), ENOENT);
+
+	assert_rc_ok(rmt_mkdir(fx->r, rp(fx, "g"), 0755));
+	put(fx, "g/.ferryfs.78.1", "left behind");
+	put(fx, "g/real", "keep");
+	assert_rc_err(rmt_rmdir(fx->r, rp(fx, "g")), ENOTEMPTY);
+	assert_rc_ok(rmt_stat(fx->r, rp(fx, "g/real"), &st));
+}
+
 /* --- threads and connections -------------------------------------------- */
 
 #define NTHREADS 8
@@ -820,6 +851,7 @@ int main(void)
 		T(open_semantics),
 		T(big_io),
 		T(open_file_survives_unlink),
+		T(rmdir_over_hidden_names),
 		T(threads_over_connections),
 		T(reconnects_after_server_restart),
 #undef T
