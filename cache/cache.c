@@ -979,7 +979,9 @@ int cache_pin(struct cache *c, const struct cache_key *k, off_t off,
 
 		cache_key_block(kb, k->dev, k->ino, first + i);
 		rc = get_block(c, txn, kb, &b);
-		if (!rc && b.len != block_len(c, k->size, first + i))
+		if (rc)
+			break;
+		if (b.len != block_len(c, k->size, first + i))
 			rc = -ENOENT; /* cannot be (invariant 4) */
 		rb[i].slot = b.slot;
 		rb[i].gen = b.gen;
