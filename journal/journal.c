@@ -508,6 +508,8 @@ int jnl_wtx_commit(struct jnl_wtx *w)
 		jnl_room_signal(j);
 	j->staged = staged;
 	j->pend_new -= w->unreserve;
+	if (w->wake)
+		j->flusher_work = true;
 	if (!j->dirty) {
 		j->dirty = true;
 		pthread_cond_signal(&j->cond);
@@ -562,6 +564,7 @@ int jnl_batch_commit(struct jnl *j)
 	pthread_mutex_lock(&j->lock);
 	j->dirty = false;
 	j->hungry = false;
+	j->flusher_work = false;
 	{
 		struct timespec ts;
 
@@ -580,8 +583,21 @@ int jnl_batch_commit(struct jnl *j)
 
 void jnl_hungry(struct jnl *j)
 {
+	struct timespec ts;
+	int64_t now;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 	pthread_mutex_lock(&j->lock);
 	j->hungry = true;
+	/* work the flusher gave itself (the FINISH a chunk's release
+	 * appended, ops an acknowledgement let go) waits for the commit:
+	 * an idle flusher takes it now, not a period later */
+	if (j->flusher_work &&
+	    now - j->commit_end_ns >= (int64_t)JNL_HUNGRY_GAP_MS * 1000000) {
+		j->hurry = true;
+		pthread_cond_signal(&j->cond);
+	}
 	pthread_mutex_unlock(&j->lock);
 }
 

@@ -330,6 +330,9 @@ struct jnl {
 	bool hungry;                     /* the flusher has nothing to do:
 					    a filled chunk hurries the
 					    commit (jnl_hungry()); lock */
+	bool flusher_work;               /* the batch holds flusher work
+					    (an op, a chunk to claim) not
+					    committed yet; lock */
 	int64_t commit_end_ns;           /* CLOCK_MONOTONIC, the last
 					    commit's end; lock */
 	uint64_t reserved;               /* staging bytes ever reserved;

@@ -1150,6 +1150,39 @@ static void test_journal__hungry_commits_a_filled_chunk(void **state)
 	assert_rc_ok(jnl_chunk_release(fx->j, &c, false, NULL));
 }
 
+/* The flusher's own work (the FINISH the release of a file's last chunk
+ * appends) is committed once the flusher is hungry, not a period later. */
+static void test_journal__hungry_commits_the_flushers_own_work(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_chunk_ref c;
+	struct jnl_op ops[8];
+	jnl_id f;
+	int n = 0;
+
+	/* a period that never ends here: only a hurry commits */
+	jnl_close(fx->j);
+	jnl_test_commit_ms = 600000;
+	assert_rc_ok(jnl_open(fx->dir, &fx->cfg, 0, &fx->j));
+	f = flushable_file(fx, "f", 1);
+	assert_int_equal(jnl_chunk_claim(fx->j, &c, 1), 1);
+	assert_rc_ok(jnl_chunk_release(fx->j, &c, true, sha));
+	/* its FINISH is in the batch, not durable: not handed out */
+	usleep(50000);
+	assert_int_equal(jnl_ops_ready(fx->j, ops, 8), 0);
+	jnl_hungry(fx->j);
+	for (int i = 0; i < 500 && n == 0; i++) {
+		n = jnl_ops_ready(fx->j, ops, 8);
+		if (n == 0)
+			usleep(10000);
+	}
+	assert_int_equal(n, 1);
+	assert_int_equal(ops[0].type, JNL_OP_FINISH);
+	assert_int_equal(ops[0].id, f);
+	assert_rc_ok(jnl_op_ack(fx->j, ops[0].seq));
+	jnl_assert_sane(fx->j);
+}
+
 static void test_journal__write_while_inflight_stays_dirty(void **state)
 {
 	struct fx *fx = *state;
@@ -2432,6 +2465,7 @@ int main(void)
 		T(test_journal__imported_partial_write_needs_fill),
 		T(test_journal__chunk_state_machine),
 		T(test_journal__hungry_commits_a_filled_chunk),
+		T(test_journal__hungry_commits_the_flushers_own_work),
 		T(test_journal__write_while_inflight_stays_dirty),
 		T(test_journal__truncate_drops_chunks),
 		T(test_journal__unlinked_node_is_not_claimed),
