@@ -289,6 +289,45 @@ static struct nset *nset_alloc(struct jnl_wtx *w)
 	return s;
 }
 
+/* The start of a namespace change: @names (NULL-terminated) checked, a
+ * write transaction, its node set. On error nothing is open. */
+static int change_begin(struct jnl *j, const char *const *names,
+			struct jnl_wtx *w, struct nset **s)
+{
+	int rc = 0;
+
+	for (; *names && !rc; names++)
+		rc = jnl_name_check(*names);
+	if (!rc)
+		rc = jnl_wtx_begin(j, w, true);
+	if (rc)
+		return rc;
+	*s = nset_alloc(w);
+	if (!*s) {
+		jnl_wtx_abort(w);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Its end when nothing is to change: aborted. */
+static void change_abort(struct jnl_wtx *w, struct nset *s)
+{
+	free(s);
+	jnl_wtx_abort(w);
+}
+
+/* Its end: committed if @rc is 0, else aborted (nothing changed). */
+static int change_end(struct jnl_wtx *w, struct nset *s, int rc)
+{
+	if (rc) {
+		change_abort(w, s);
+		return rc;
+	}
+	free(s);
+	return jnl_wtx_commit(w);
+}
+
 /* A directory that can take names: exists, is a directory, not removed. */
 static int dir_get(struct nset *s, jnl_id id, struct jnl_nrec **out)
 {
@@ -658,25 +697,17 @@ int jnl_node_import(struct jnl *j, jnl_id parent, const char *name,
 	int rc;
 
 	*out = 0;
-	rc = jnl_name_check(name);
+	rc = change_begin(j, (const char *const[]){ name, NULL }, &w, &s);
 	if (rc)
 		return rc;
-	rc = jnl_wtx_begin(j, &w, true);
-	if (rc)
-		return rc;
-	s = nset_alloc(&w);
-	if (!s) {
-		rc = -ENOMEM;
-		goto out_abort;
-	}
 	rc = dir_get(s, parent, &p);
 	if (rc)
 		goto out_abort;
 	rc = jnl_dentry_get(j, w.txn, parent, name, &d);
 	if (!rc) { /* already known: the node, or removed here */
 		*out = d.id;
-		rc = d.id ? 0 : -ENOENT;
-		goto out_abort;
+		change_abort(&w, s);
+		return d.id ? 0 : -ENOENT;
 	}
 	if (rc != -ENOENT)
 		goto out_abort;
@@ -693,11 +724,9 @@ int jnl_node_import(struct jnl *j, jnl_id parent, const char *name,
 				/* another remote name of a known file */
 				rc = jnl_dentry_put(j, w.txn, parent, name, id,
 						    0);
-				if (!rc)
-					rc = jnl_wtx_commit(&w);
+				rc = change_end(&w, s, rc);
 				if (!rc)
 					*out = id;
-				free(s);
 				return rc;
 			}
 		} else if (rc != -ENOENT) {
@@ -708,18 +737,13 @@ int jnl_node_import(struct jnl *j, jnl_id parent, const char *name,
 	rc = import_new(&w, s, parent, name, st, &id);
 	if (!rc)
 		rc = nset_write(s);
-	if (rc)
-		goto out_abort;
-	free(s);
-	rc = jnl_wtx_commit(&w);
+	rc = change_end(&w, s, rc);
 	if (!rc)
 		*out = id;
 	return rc;
 
 out_abort:
-	free(s);
-	jnl_wtx_abort(&w);
-	return rc;
+	return change_end(&w, s, rc);
 }
 
 /* --- creation ---------------------------------------------------------------- */
@@ -739,21 +763,13 @@ static int make_node(struct jnl *j, jnl_id parent, const char *name,
 	int rc;
 
 	*out = 0;
-	rc = jnl_name_check(name);
-	if (rc)
-		return rc;
 	if (!attr || (target && !*target))
 		return -EINVAL;
 	if (target && strlen(target) >= PATH_MAX)
 		return -ENAMETOOLONG;
-	rc = jnl_wtx_begin(j, &w, true);
+	rc = change_begin(j, (const char *const[]){ name, NULL }, &w, &s);
 	if (rc)
 		return rc;
-	s = nset_alloc(&w);
-	if (!s) {
-		rc = -ENOMEM;
-		goto out_abort;
-	}
 	rc = dir_get(s, parent, &p);
 	if (rc)
 		goto out_abort;
@@ -805,17 +821,10 @@ static int make_node(struct jnl *j, jnl_id parent, const char *name,
 	o.r.wseq = d.wseq; /* the whiteout replaced, if any */
 	snprintf(o.name, sizeof(o.name), "%s", name);
 	rc = jnl_op_append(&w, &o, &seq);
-	if (rc)
-		goto out_abort;
-	free(s);
-	rc = jnl_wtx_commit(&w);
+out_abort:
+	rc = change_end(&w, s, rc);
 	if (!rc)
 		*out = id;
-	return rc;
-
-out_abort:
-	free(s);
-	jnl_wtx_abort(&w);
 	return rc;
 }
 
@@ -855,17 +864,9 @@ int jnl_link(struct jnl *j, jnl_id id, jnl_id parent, const char *name)
 	uint64_t seq;
 	int rc;
 
-	rc = jnl_name_check(name);
+	rc = change_begin(j, (const char *const[]){ name, NULL }, &w, &s);
 	if (rc)
 		return rc;
-	rc = jnl_wtx_begin(j, &w, true);
-	if (rc)
-		return rc;
-	s = nset_alloc(&w);
-	if (!s) {
-		rc = -ENOMEM;
-		goto out_abort;
-	}
 	rc = nset_get(s, id, &n);
 	if (!rc && S_ISDIR(n->r.mode))
 		rc = -EPERM;
@@ -894,15 +895,8 @@ int jnl_link(struct jnl *j, jnl_id id, jnl_id parent, const char *name)
 	o.r.parent = parent;
 	snprintf(o.name, sizeof(o.name), "%s", name);
 	rc = jnl_op_append(&w, &o, &seq);
-	if (rc)
-		goto out_abort;
-	free(s);
-	return jnl_wtx_commit(&w);
-
 out_abort:
-	free(s);
-	jnl_wtx_abort(&w);
-	return rc;
+	return change_end(&w, s, rc);
 }
 
 /* --- removal ----------------------------------------------------------------- */
@@ -939,17 +933,9 @@ static int remove_name(struct jnl *j, jnl_id parent, const char *name,
 	jnl_id id;
 	int rc, cancel;
 
-	rc = jnl_name_check(name);
+	rc = change_begin(j, (const char *const[]){ name, NULL }, &w, &s);
 	if (rc)
 		return rc;
-	rc = jnl_wtx_begin(j, &w, true);
-	if (rc)
-		return rc;
-	s = nset_alloc(&w);
-	if (!s) {
-		rc = -ENOMEM;
-		goto out_abort;
-	}
 	rc = dir_get(s, parent, &p);
 	if (!rc)
 		rc = name_get(&w, parent, name, &d);
@@ -1019,15 +1005,8 @@ static int remove_name(struct jnl *j, jnl_id parent, const char *name,
 		snprintf(o.name, sizeof(o.name), "%s", name);
 		rc = jnl_op_append(&w, &o, &seq);
 	}
-	if (rc)
-		goto out_abort;
-	free(s);
-	return jnl_wtx_commit(&w);
-
 out_abort:
-	free(s);
-	jnl_wtx_abort(&w);
-	return rc;
+	return change_end(&w, s, rc);
 }
 
 int jnl_unlink(struct jnl *j, jnl_id parent, const char *name)
@@ -1162,19 +1141,10 @@ int jnl_rename(struct jnl *j, jnl_id parent, const char *name,
 		return -EINVAL;
 	if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE))
 		return -EINVAL;
-	rc = jnl_name_check(name);
-	if (!rc)
-		rc = jnl_name_check(newname);
+	rc = change_begin(j, (const char *const[]){ name, newname, NULL }, &w,
+			  &s);
 	if (rc)
 		return rc;
-	rc = jnl_wtx_begin(j, &w, true);
-	if (rc)
-		return rc;
-	s = nset_alloc(&w);
-	if (!s) {
-		rc = -ENOMEM;
-		goto out_abort;
-	}
 	rc = dir_get(s, parent, &p);
 	if (!rc)
 		rc = dir_get(s, newparent, &p);
@@ -1187,8 +1157,7 @@ int jnl_rename(struct jnl *j, jnl_id parent, const char *name,
 		goto out_abort;
 	if ((parent == newparent && !strcmp(name, newname)) || sd.id == dd.id) {
 		/* the same name, or two names of one node: nothing to do */
-		free(s);
-		jnl_wtx_abort(&w);
+		change_abort(&w, s);
 		return 0;
 	}
 	memset(&o, 0, sizeof(o));
@@ -1211,15 +1180,8 @@ int jnl_rename(struct jnl *j, jnl_id parent, const char *name,
 		rc = nset_write(s);
 	if (!rc)
 		rc = jnl_op_append(&w, &o, &seq);
-	if (rc)
-		goto out_abort;
-	free(s);
-	return jnl_wtx_commit(&w);
-
 out_abort:
-	free(s);
-	jnl_wtx_abort(&w);
-	return rc;
+	return change_end(&w, s, rc);
 }
 
 /* --- setattr ------------------------------------------------------------------ */
