@@ -42,6 +42,16 @@ mount_with() {
 	mkdir -p "$T/$1"
 	"$FERRYFS" mount "$T/$1" "$M" -o "journal=$T/$1.j,cache=$T/$1.c,$2" 2>"$T/err"
 }
+# refused NAME OPT REASON: a mount of $T/NAME with OPT fails, saying REASON
+refused() {
+	if "$FERRYFS" mount "$T/$1" "$M" -o "journal=$T/$1.j,$2" 2>"$T/err"; then
+		bad "$2 is refused" "mounted"
+		umount_it
+	else
+		grep -q "$3" "$T/err" && ok "$2 is refused: $(cat "$T/err")" ||
+			bad "$2 is refused with the reason" "$(cat "$T/err")"
+	fi
+}
 
 # --- sync=remote -------------------------------------------------------------
 mount_with sync "sync=remote,remote_latency=20ms" || bad "mount sync=remote" "$(cat "$T/err")"
@@ -122,13 +132,7 @@ if mount_with ttl0 "cache_ttl=0"; then
 else
 	bad "mount with cache_ttl=0" "$(cat "$T/err")"
 fi
-if "$FERRYFS" mount "$T/ttl" "$M" -o "journal=$T/ttl.j,cache_ttl=-1" 2>"$T/err"; then
-	bad "cache_ttl=-1 is refused" "mounted"
-	umount_it
-else
-	grep -q 'cache_ttl must be' "$T/err" && ok "cache_ttl=-1 is refused: $(cat "$T/err")" ||
-		bad "cache_ttl=-1 is refused with the reason" "$(cat "$T/err")"
-fi
+refused ttl cache_ttl=-1 'cache_ttl must be'
 
 # --- max_read: the kernel's largest read; what is read stays right -------------------
 if mount_with mr "max_read=65536"; then
@@ -142,13 +146,7 @@ if mount_with mr "max_read=65536"; then
 else
 	bad "mount with max_read=65536" "$(cat "$T/err")"
 fi
-if "$FERRYFS" mount "$T/mr" "$M" -o "journal=$T/mr.j,max_read=100" 2>"$T/err"; then
-	bad "max_read=100 is refused" "mounted"
-	umount_it
-else
-	grep -q 'max_read must be' "$T/err" && ok "max_read=100 is refused: $(cat "$T/err")" ||
-		bad "max_read=100 is refused with the reason" "$(cat "$T/err")"
-fi
+refused mr max_read=100 'max_read must be'
 
 # --- a journal belongs to one share ------------------------------------------------
 mkdir -p "$T/other"

@@ -1116,6 +1116,15 @@ static void test_journal__chunk_state_machine(void **state)
 	jnl_assert_sane(fx->j);
 }
 
+/* Reopen the journal with a commit period that never ends in a test:
+ * only a hurry commits. */
+static void endless_period(struct fx *fx)
+{
+	jnl_close(fx->j);
+	jnl_test_commit_ms = 600000;
+	assert_rc_ok(jnl_open(fx->dir, &fx->cfg, 0, &fx->j));
+}
+
 static void test_journal__hungry_commits_a_filled_chunk(void **state)
 {
 	struct fx *fx = *state;
@@ -1123,10 +1132,7 @@ static void test_journal__hungry_commits_a_filled_chunk(void **state)
 	jnl_id f;
 	int n = 0;
 
-	/* a period that never ends here: only a hurry commits */
-	jnl_close(fx->j);
-	jnl_test_commit_ms = 600000;
-	assert_rc_ok(jnl_open(fx->dir, &fx->cfg, 0, &fx->j));
+	endless_period(fx);
 	f = flushable_file(fx, "f", 0);
 	/* the flusher is busy: a filled chunk waits for the period */
 	write_pattern(fx->j, f, 0, CS, 1);
@@ -1160,10 +1166,7 @@ static void test_journal__hungry_commits_the_flushers_own_work(void **state)
 	jnl_id f;
 	int n = 0;
 
-	/* a period that never ends here: only a hurry commits */
-	jnl_close(fx->j);
-	jnl_test_commit_ms = 600000;
-	assert_rc_ok(jnl_open(fx->dir, &fx->cfg, 0, &fx->j));
+	endless_period(fx);
 	f = flushable_file(fx, "f", 1);
 	assert_int_equal(jnl_chunk_claim(fx->j, &c, 1), 1);
 	assert_rc_ok(jnl_chunk_release(fx->j, &c, true, sha));
