@@ -31,6 +31,10 @@ struct fs_opts {
 	unsigned int max_threads;  /* -o max_threads=N, default 16 */
 	unsigned int max_read;     /* -o max_read=BYTES: the largest read
 				      the kernel sends (FS_MAX_READ) */
+	unsigned int max_background; /* -o max_background=N: FUSE requests
+					the kernel keeps in flight in the
+					background, read-ahead's above all
+					(FS_MAX_BACKGROUND) */
 	int clone_fd;              /* -o clone_fd (libfuse's) */
 	unsigned int max_idle_threads; /* -o max_idle_threads=N */
 	/* write-back over the journal (journal/) */

@@ -314,6 +314,10 @@ int fs_cache_status(struct fs *fs, char *buf, size_t size);
  * splices it from the share's or the cache's file; a 1 MiB reply does not
  * and is copied through a buffer. */
 #define FS_MAX_READ (512u << 10)
+/* Default -o max_background: the kernel's default, 12 requests (6 MiB of
+ * 512 KiB reads), leaves a cold sequential read waiting on FUSE round
+ * trips; 64 read 2 GiB 20% faster here (tests/bench/RESULTS.md). */
+#define FS_MAX_BACKGROUND 64u
 
 #ifdef FUSE_LOWLEVEL_H_
 /* What ops.c and wb.c call every FUSE argument. An inode number is the

@@ -54,6 +54,7 @@ static const struct fuse_opt opt_spec[] = {
 	OPTV("max_idle_threads=%u", max_idle_threads),
 	OPTV("max_threads=%u", max_threads),
 	OPTV("max_read=%u", max_read),
+	OPTV("max_background=%u", max_background),
 	OPTV("attr_timeout=%lf", attr_timeout),
 	OPTV("entry_timeout=%lf", entry_timeout),
 	OPTV("negative_timeout=%lf", negative_timeout),
@@ -257,6 +258,7 @@ static int parse_into(struct parse_ctx *cp, int argc, char *argv[],
 	o->negative_timeout = 1.0;
 	o->max_threads = 16;
 	o->max_read = FS_MAX_READ;
+	o->max_background = FS_MAX_BACKGROUND;
 	o->max_idle_threads = 8;
 	o->streams = 4;
 	o->readahead = 4;
@@ -313,6 +315,10 @@ static int parse_into(struct parse_ctx *cp, int argc, char *argv[],
 		return -EINVAL;
 	}
 
+	if (o->max_background < 1 || o->max_background > 1024) {
+		snprintf(err, errsize, "max_background must be 1..1024");
+		return -EINVAL;
+	}
 	if (o->max_read < 4096 || o->max_read > FS_MAX_WRITE) {
 		snprintf(err, errsize, "max_read must be 4096..%u",
 			 FS_MAX_WRITE);
@@ -420,6 +426,8 @@ void fs_usage(const char *progname)
 	       "    -o max_idle_threads=N  keep N idle threads (8)\n"
 	       "    -o max_read=BYTES      largest read the kernel asks for (512Ki:\n"
 	       "                           a reply then fits a pipe and is spliced)\n"
+	       "    -o max_background=N    FUSE requests the kernel keeps in flight\n"
+	       "                           for read-ahead and write-back (64)\n"
 	       "    -o clone_fd            one /dev/fuse fd per thread\n"
 	       "    -o connections=N       connections to an nfs:// or smb://\n"
 	       "                           remote (4)\n"

@@ -21,7 +21,9 @@
 # PREFAULT_MB=0 turns it off.
 #
 # Environment: RUNS=5 SIZE_MB=2048 PREFAULT_MB=8192 BENCH_PARENT=/var/tmp
-#   OPTS=readahead=4 (mount options of both)
+#   OPTS=readahead=4 (mount options of both), OPTS_A, OPTS_B (more of A's,
+#   of B's: one build against itself with another option, e.g.
+#   OPTS_A=max_background=12 ab_read.sh build/fs/ferryfs build/fs/ferryfs)
 set -euo pipefail
 shopt -s inherit_errexit
 
@@ -38,6 +40,8 @@ SIZE_MB=${SIZE_MB:-2048}
 PREFAULT_MB=${PREFAULT_MB:-8192}
 BENCH_PARENT=${BENCH_PARENT:-/var/tmp}
 OPTS=${OPTS:-readahead=4}
+OPTS_A=${OPTS_A:-}
+OPTS_B=${OPTS_B:-}
 ((EUID == 0)) || die "needs root (to drop the page cache): sudo $0"
 
 WORK=$(mktemp -d "$BENCH_PARENT/ferryfs-abread.XXXXXX")
@@ -84,10 +88,10 @@ read_secs() { # read_secs FILE: seconds of a dd of it
 	awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", (b - a) / 1e9 }'
 }
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-mount_it() { # mount_it BINARY: a fresh cache and journal
+mount_it() { # mount_it BINARY EXTRA_OPTS: a fresh cache and journal
 	rm -rf "$WORK/cache" "$WORK/journal"
 	"$1" mount "$WORK/share" "$MNT" -f \
-		-o "journal=$WORK/journal,cache=$WORK/cache,$OPTS" >"$WORK/ferryfs.log" 2>&1 &
+		-o "journal=$WORK/journal,cache=$WORK/cache,$OPTS${2:+,$2}" >"$WORK/ferryfs.log" 2>&1 &
 	PID=$!
 	for _ in $(seq 1 100); do
 		mountpoint -q "$MNT" && return 0
@@ -102,9 +106,9 @@ hz=$(getconf CLK_TCK)
 for ((i = 1; i <= RUNS; i++)); do
 	if ((i % 2)); then order=(A B); else order=(B A); fi
 	for k in "${order[@]}"; do
-		bin=$A
-		[[ $k == B ]] && bin=$B
-		mount_it "$bin"
+		bin=$A extra=$OPTS_A
+		[[ $k == B ]] && bin=$B extra=$OPTS_B
+		mount_it "$bin" "$extra"
 		c0=$(cpu_ticks "$PID")
 		c=$(read_secs "$MNT/big.bin")
 		c1=$(cpu_ticks "$PID")
@@ -125,11 +129,11 @@ table=$(
 
 ### Reads, two builds side by side: $(date -u +%Y-%m-%d\ %H:%M) UTC
 
-\`sudo RUNS=$RUNS SIZE_MB=$SIZE_MB PREFAULT_MB=$PREFAULT_MB OPTS=$OPTS tests/bench/ab_read.sh A B\`
+\`sudo RUNS=$RUNS SIZE_MB=$SIZE_MB PREFAULT_MB=$PREFAULT_MB OPTS=$OPTS OPTS_A=$OPTS_A OPTS_B=$OPTS_B tests/bench/ab_read.sh A B\`
 (medians of $RUNS, $SIZE_MB MiB, \`dd bs=1M\`, page cache dropped and $PREFAULT_MB MiB prefaulted before every read; share on $(stat -f -c %T "$WORK") under $BENCH_PARENT, $(nproc) CPUs)
 
-- A: $A ($(ver "$A"))
-- B: $B ($(ver "$B"))
+- A: $A ($(ver "$A"))${OPTS_A:+, -o $OPTS_A}
+- B: $B ($(ver "$B"))${OPTS_B:+, -o $OPTS_B}
 
 | build | cold read | daemon CPU, cold | warm re-read | direct read of the share | cold / direct |
 |---|---|---|---|---|---|
