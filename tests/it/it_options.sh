@@ -15,6 +15,8 @@
 #                      the next open sees the share's change; 0: at once
 #   max_read=BYTES     mounts (libfuse wants it twice: mount option and
 #                      init) and reads right; out of range is refused
+#   max_background=N   out of range is refused (every other mount here
+#                      runs with the default, 64)
 set -u
 FERRYFS=${1:?usage: it_options.sh FERRYFS}
 if [ "$(id -u)" != 0 ] || [ ! -c /dev/fuse ]; then
@@ -147,6 +149,7 @@ else
 	bad "mount with max_read=65536" "$(cat "$T/err")"
 fi
 refused mr max_read=100 'max_read must be'
+refused mr max_background=0 'max_background must be'
 
 # --- a journal belongs to one share ------------------------------------------------
 mkdir -p "$T/other"
