@@ -878,14 +878,6 @@ static bool needs_fill(struct jnl *j, uint64_t rvalid, uint64_t idx,
 	return !(off <= start && end >= stop);
 }
 
-static int64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /*
  * Two bounds on staging (journal.c "SPACE"): max_bytes, against the staging
  * bytes held (committed records and reservations of marks), and the
@@ -929,7 +921,7 @@ static void disk_look(struct jnl *j)
 {
 	uint64_t avail, total, margin, slack;
 	struct statvfs sv;
-	int64_t now = mono_ns();
+	int64_t now = jnl_mono_ns();
 
 	if (!j->disk_room)
 		return;
@@ -1034,7 +1026,7 @@ static int room_wait(struct jnl *j, jnl_id id, uint64_t bytes,
 	make_room(j, id);
 	pthread_mutex_lock(&j->lock);
 	if (!*deadline) {
-		*deadline = mono_ns() + (int64_t)j->wait_ms * 1000000;
+		*deadline = jnl_mono_ns() + (int64_t)j->wait_ms * 1000000;
 		j->write_waits++;
 	}
 	j->waiters++;
@@ -1043,7 +1035,7 @@ static int room_wait(struct jnl *j, jnl_id id, uint64_t bytes,
 	j->hurry = true; /* the committer: make the marks claimable now */
 	pthread_cond_signal(&j->cond);
 	while (!room_fits(j, bytes)) {
-		int64_t now = mono_ns(), until = now + DISK_LOOK_NS;
+		int64_t now = jnl_mono_ns(), until = now + DISK_LOOK_NS;
 		struct timespec ts;
 
 		rc = jnl_failed(j);
@@ -1165,7 +1157,7 @@ again:
 			e->len = want;
 		e->added += sp.len[k];
 		if (j->hungry && e->len == j->chunk_size &&
-		    mono_ns() - j->commit_end_ns >=
+		    jnl_mono_ns() - j->commit_end_ns >=
 			    (int64_t)JNL_HUNGRY_GAP_MS * 1000000) {
 			j->hungry = false;
 			j->hurry = true;

@@ -223,14 +223,6 @@ struct jnl_flusher {
 
 /* --- small helpers ------------------------------------------------------ */
 
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * NS_PER_S + ts.tv_nsec;
-}
-
 static struct timespec ts_of(int64_t ns)
 {
 	struct timespec ts = { (time_t)(ns / NS_PER_S), (long)(ns % NS_PER_S) };
@@ -393,9 +385,9 @@ static void backoff_reset(struct stream *s)
 	pthread_mutex_unlock(&s->f->lock);
 }
 
-/* A transient failure: count it, back off. */
 static void handles_close_all(struct stream *s);
 
+/* A transient failure: count it, back off. */
 static void backoff(struct stream *s, int rc, const char *what)
 {
 	struct jnl_flusher *f = s->f;
@@ -410,7 +402,7 @@ static void backoff(struct stream *s, int rc, const char *what)
 	 * for (an rmdir of the directory it was unlinked from: -EBUSY) */
 	handles_close_all(s);
 	pthread_mutex_lock(&f->lock);
-	s->backoff_until = now_ns() + (int64_t)s->backoff_ms * NS_PER_MS;
+	s->backoff_until = jnl_mono_ns() + (int64_t)s->backoff_ms * NS_PER_MS;
 	pthread_mutex_unlock(&f->lock);
 }
 
@@ -444,7 +436,7 @@ static void count_error(struct stream *s, int rc, bool retry)
 		LOG_WARN("flush stream %u: agent lost (%s), flushing through "
 			 "the share until it is back", s->no, strerror(-rc));
 		use_remote(s, s->share);
-		s->agent_retry_at = now_ns() + AGENT_RETRY_NS;
+		s->agent_retry_at = jnl_mono_ns() + AGENT_RETRY_NS;
 	}
 }
 
@@ -463,7 +455,7 @@ static void agent_try(struct stream *s)
 
 	if (!s->agent || s->r == s->agent)
 		return;
-	now = now_ns();
+	now = jnl_mono_ns();
 	if (now < s->agent_retry_at)
 		return;
 	rc = rmt_stat(s->agent, "", &ast);
@@ -489,7 +481,7 @@ static void agent_try(struct stream *s)
 						      AGENT_RETRY_NS;
 		if (s->agent_wait_ns > AGENT_RETRY_MAX_NS)
 			s->agent_wait_ns = AGENT_RETRY_MAX_NS;
-		s->agent_retry_at = now_ns() + s->agent_wait_ns;
+		s->agent_retry_at = jnl_mono_ns() + s->agent_wait_ns;
 		return;
 	}
 	s->agent_wait_ns = 0;
@@ -548,7 +540,7 @@ static int handle_get(struct stream *s, jnl_id id, struct rmt_file **out,
 	}
 	for (int i = 0; i < HANDLE_MAX; i++)
 		if (s->h[i].id == id) {
-			s->h[i].used = now_ns();
+			s->h[i].used = jnl_mono_ns();
 			*out = s->h[i].f;
 			return 0;
 		}
@@ -593,7 +585,7 @@ static int handle_get(struct stream *s, jnl_id id, struct rmt_file **out,
 		handle_close(s, h);
 	h->id = id;
 	h->f = rf;
-	h->used = now_ns();
+	h->used = jnl_mono_ns();
 	*out = rf;
 	return 0;
 }
@@ -611,12 +603,12 @@ static int bw_book(struct stream *s, size_t n)
 	if (!f->bwlimit)
 		return 0;
 	pthread_mutex_lock(&f->lock);
-	now = now_ns();
+	now = jnl_mono_ns();
 	if (f->tat < now - BW_BURST_NS)
 		f->tat = now - BW_BURST_NS;
 	f->tat += (int64_t)((double)n * (double)NS_PER_S / (double)f->bwlimit);
 	until = f->tat;
-	while (!f->stop && now_ns() < until)
+	while (!f->stop && jnl_mono_ns() < until)
 		wait_until(f, &f->wake, until);
 	if (f->stop)
 		rc = -ECANCELED;
@@ -892,7 +884,7 @@ static void park(struct stream *s, const struct jnl_chunk_ref *c, int rc)
 		s->logged_park = c->id;
 	}
 	s->park[s->npark].ref = *c;
-	s->park[s->npark].retry_at = now_ns() + PARK_RETRY_NS;
+	s->park[s->npark].retry_at = jnl_mono_ns() + PARK_RETRY_NS;
 	s->npark++;
 	count_error(s, rc, false);
 	pthread_mutex_lock(&s->f->lock);
@@ -966,7 +958,7 @@ static void chunk_done(struct stream *s, const struct jnl_chunk_ref *c,
 		if (rc) {
 			fault = F_JOURNAL;
 		} else {
-			int64_t now = now_ns();
+			int64_t now = jnl_mono_ns();
 
 			pthread_mutex_lock(&f->lock);
 			s->st.bytes += sent;
@@ -1144,7 +1136,7 @@ static void put_back_all(struct stream *s)
 /* A parked chunk whose time came (or all of them after a kick). */
 static bool unpark_one(struct stream *s, struct jnl_chunk_ref *out)
 {
-	int64_t now = now_ns();
+	int64_t now = jnl_mono_ns();
 
 	for (int i = 0; i < s->npark; i++) {
 		if (s->park[i].retry_at > now)
@@ -1773,7 +1765,7 @@ static enum next between(struct stream *s)
 
 	pthread_mutex_lock(&f->lock);
 	for (;;) {
-		int64_t now = now_ns();
+		int64_t now = jnl_mono_ns();
 
 		if (f->stop || f->failed)
 			break;
@@ -1815,7 +1807,7 @@ static enum next between(struct stream *s)
 static void idle(struct stream *s, uint64_t gen)
 {
 	struct jnl_flusher *f = s->f;
-	int64_t until = now_ns() + POLL_NS;
+	int64_t until = jnl_mono_ns() + POLL_NS;
 
 	for (int i = 0; i < s->npark; i++)
 		if (s->park[i].retry_at < until)
@@ -1829,8 +1821,9 @@ static void idle(struct stream *s, uint64_t gen)
 		set_state(s, JNL_STREAM_IDLE);
 		pthread_cond_broadcast(&f->done);
 		wait_until(f, &f->wake, until);
-		if (f->work_gen == gen && now_ns() - f->last_poll >= POLL_NS) {
-			f->last_poll = now_ns();
+		if (f->work_gen == gen &&
+		    jnl_mono_ns() - f->last_poll >= POLL_NS) {
+			f->last_poll = jnl_mono_ns();
 			f->work_gen++; /* the fallback: look again */
 		}
 	}
@@ -1976,7 +1969,7 @@ int jnl_flusher_start(struct jnl *j, const struct jnl_flush_config *cfg,
 		f->backoff_max_ms = BACKOFF_MIN_MS;
 	f->root = geteuid() == 0;
 	f->qgen = UINT64_MAX;
-	f->last_poll = now_ns();
+	f->last_poll = jnl_mono_ns();
 	pthread_mutex_init(&f->lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -2000,7 +1993,7 @@ int jnl_flusher_start(struct jnl *j, const struct jnl_flush_config *cfg,
 
 		s->f = f;
 		s->no = i;
-		s->t0 = now_ns();
+		s->t0 = jnl_mono_ns();
 		s->buf = malloc(f->chunk_size);
 		s->pbuf = malloc((size_t)CLAIM_MAX * PATH_MAX);
 		if (f->flags & JNL_FLUSH_VERIFY)
@@ -2102,7 +2095,7 @@ void jnl_flusher_kick(struct jnl_flusher *f)
 int jnl_flusher_wait(struct jnl_flusher *f, int timeout_ms)
 {
 	int64_t deadline = timeout_ms < 0 ? INT64_MAX :
-			   now_ns() + (int64_t)timeout_ms * NS_PER_MS;
+			   jnl_mono_ns() + (int64_t)timeout_ms * NS_PER_MS;
 
 	for (;;) {
 		struct jnl_stats st;
@@ -2120,7 +2113,7 @@ int jnl_flusher_wait(struct jnl_flusher *f, int timeout_ms)
 		if (!st.queued_chunks && !st.inflight_chunks &&
 		    !st.pending_ops && !st.uncommitted)
 			return 0;
-		now = now_ns();
+		now = jnl_mono_ns();
 		if (now >= deadline)
 			return -ETIMEDOUT;
 		until = now + 50 * NS_PER_MS; /* commits do not signal done */
@@ -2134,7 +2127,7 @@ int jnl_flusher_wait(struct jnl_flusher *f, int timeout_ms)
 
 int jnl_flusher_stats(struct jnl_flusher *f, struct jnl_flush_stats *out)
 {
-	int64_t now = now_ns();
+	int64_t now = jnl_mono_ns();
 
 	memset(out, 0, sizeof(*out));
 	out->streams = f->nstreams;

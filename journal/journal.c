@@ -565,12 +565,7 @@ int jnl_batch_commit(struct jnl *j)
 	j->dirty = false;
 	j->hungry = false;
 	j->flusher_work = false;
-	{
-		struct timespec ts;
-
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		j->commit_end_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-	}
+	j->commit_end_ns = jnl_mono_ns();
 	if (!j->unsynced) {
 		j->unsynced = true;
 		pthread_cond_signal(&j->cond);
@@ -581,13 +576,18 @@ int jnl_batch_commit(struct jnl *j)
 	return rc;
 }
 
-void jnl_hungry(struct jnl *j)
+int64_t jnl_mono_ns(void)
 {
 	struct timespec ts;
-	int64_t now;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void jnl_hungry(struct jnl *j)
+{
+	int64_t now = jnl_mono_ns();
+
 	pthread_mutex_lock(&j->lock);
 	j->hungry = true;
 	/* work the flusher gave itself (the FINISH a chunk's release

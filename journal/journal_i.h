@@ -375,6 +375,8 @@ int jnl_notify_set(struct jnl *j, jnl_notify_fn fn, void *arg);
  * writer would otherwise ask for a commit per chunk). Takes
  * j->lock: never call it with the flusher's lock held. */
 void jnl_hungry(struct jnl *j);
+/* CLOCK_MONOTONIC in nanoseconds. */
+int64_t jnl_mono_ns(void);
 
 /* Changes with every conversion of a conflict: the flusher closes the
  * remote files it keeps open when it moved (a node it had open at its old
