@@ -291,13 +291,10 @@ int fs_wb_ctl(struct fs *fs, const char *cmd, char *reply, size_t size);
 void fs_read_open(struct fs *fs, struct fs_handle *h, const char *rpath,
 		  const struct stat *st, int flags);
 void fs_read_release(struct fs_handle *h);
-/* @len bytes at @off of h->file through the cache; short only at the end
- * of the file. Returns the count or -errno. */
-ssize_t fs_read_remote(struct fs *fs, struct fs_handle *h, char *buf,
-		       size_t len, off_t off);
-/* Reply to a read of a cacheable handle (h->cacheable): spliced from the
+/* Reply to a FUSE read of @h: a cacheable handle's is spliced from the
  * block cache when every block of it is cached (after waiting for
- * read-ahead), else through a buffer as fs_read_remote(). */
+ * read-ahead), else through a buffer (the cache, or the share for any
+ * other handle); short only at the end of the file. */
 struct fuse_req; /* fuse_req_t */
 void fs_read_reply(struct fs *fs, struct fs_handle *h, struct fuse_req *req,
 		   size_t size, off_t off);

@@ -726,8 +726,6 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct fs *fs = fs_of(req);
 	struct fs_handle *h = handle_of(fi);
 	int fd = fs->use_fd && !h->cacheable ? rmt_file_fd(h->file) : -1;
-	ssize_t n;
-	char *buf;
 
 	(void)ino;
 	if (fd >= 0) {
@@ -750,21 +748,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
 		return;
 	}
-	if (h->cacheable) {
-		fs_read_reply(fs, h, req, size, off);
-		return;
-	}
-	buf = malloc(size ? size : 1);
-	if (!buf) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	n = fs_read_remote(fs, h, buf, size, off);
-	if (n < 0)
-		reply_err(req, (int)n);
-	else
-		fuse_reply_buf(req, buf, (size_t)n);
-	free(buf);
+	fs_read_reply(fs, h, req, size, off);
 }
 
 /*

@@ -174,21 +174,6 @@ static ssize_t read_fill(struct fs *fs, struct fs_handle *h, char *buf,
 	return rc < 0 ? rc : (ssize_t)len;
 }
 
-ssize_t fs_read_remote(struct fs *fs, struct fs_handle *h, char *buf,
-		       size_t len, off_t off)
-{
-	ssize_t n;
-
-	if (h->cacheable) {
-		len = read_begin(fs, h, len, off);
-		return len ? read_fill(fs, h, buf, len, off) : 0;
-	}
-	n = rmt_file_pread_all(h->file, buf, len, off);
-	if (n > 0)
-		atomic_fetch_add(&fs->share_read_bytes, (uint64_t)n);
-	return n;
-}
-
 /* Pin the cached blocks of [off, off + len), waiting for read-ahead's
  * fetches of those not cached yet. */
 static int read_pin(struct fs *fs, struct fs_handle *h, size_t len, off_t off,
@@ -206,50 +191,65 @@ static int read_pin(struct fs *fs, struct fs_handle *h, size_t len, off_t off,
 	return cache_pin(fs->cache, &h->key, off, len, p);
 }
 
+/* Answer [off, off + len) (read_begin() done) with the slab's pages,
+ * spliced into /dev/fuse (libfuse copies through a buffer where it cannot
+ * splice), if every block is cached. False: nothing replied. */
+static bool reply_pinned(struct fs *fs, struct fs_handle *h, fuse_req_t req,
+			 size_t len, off_t off)
+{
+	struct fuse_bufvec *bv;
+	struct cache_pin pin;
+
+	if (read_pin(fs, h, len, off, &pin))
+		return false;
+	bv = malloc(sizeof(*bv) + pin.n * sizeof(bv->buf[0]));
+	if (bv) {
+		*bv = (struct fuse_bufvec)FUSE_BUFVEC_INIT(0);
+		bv->count = pin.n;
+		for (unsigned int i = 0; i < pin.n; i++) {
+			bv->buf[i] = bv->buf[0];
+			bv->buf[i].size = pin.s[i].len;
+			bv->buf[i].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+			bv->buf[i].fd = pin.fd;
+			bv->buf[i].pos = pin.s[i].off;
+		}
+		fuse_reply_data(req, bv, FUSE_BUF_SPLICE_MOVE);
+		free(bv);
+	}
+	cache_unpin(fs->cache, &pin);
+	return bv != NULL;
+}
+
 void fs_read_reply(struct fs *fs, struct fs_handle *h, fuse_req_t req,
 		   size_t size, off_t off)
 {
-	size_t len = read_begin(fs, h, size, off);
-	struct cache_pin pin;
+	size_t len = size;
 	char *buf;
 	ssize_t n;
 
-	if (!len) {
-		fuse_reply_buf(req, NULL, 0);
-		return;
-	}
-	if (read_pin(fs, h, len, off, &pin) == 0) {
-		/* the slab's pages spliced into /dev/fuse (libfuse copies
-		 * through a buffer where it cannot splice) */
-		struct fuse_bufvec *bv =
-			malloc(sizeof(*bv) + pin.n * sizeof(bv->buf[0]));
-
-		if (bv) {
-			*bv = (struct fuse_bufvec)FUSE_BUFVEC_INIT(0);
-			bv->count = pin.n;
-			for (unsigned int i = 0; i < pin.n; i++) {
-				bv->buf[i] = bv->buf[0];
-				bv->buf[i].size = pin.s[i].len;
-				bv->buf[i].flags = FUSE_BUF_IS_FD |
-						   FUSE_BUF_FD_SEEK;
-				bv->buf[i].fd = pin.fd;
-				bv->buf[i].pos = pin.s[i].off;
-			}
-			fuse_reply_data(req, bv, FUSE_BUF_SPLICE_MOVE);
-			cache_unpin(fs->cache, &pin);
-			free(bv);
+	if (h->cacheable) {
+		len = read_begin(fs, h, size, off);
+		if (!len) {
+			fuse_reply_buf(req, NULL, 0);
 			return;
 		}
-		cache_unpin(fs->cache, &pin);
+		if (reply_pinned(fs, h, req, len, off))
+			return;
 	}
-	buf = malloc(len);
+	buf = malloc(len ? len : 1);
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	n = read_fill(fs, h, buf, len, off);
+	if (h->cacheable) {
+		n = read_fill(fs, h, buf, len, off);
+	} else {
+		n = rmt_file_pread_all(h->file, buf, len, off);
+		if (n > 0)
+			atomic_fetch_add(&fs->share_read_bytes, (uint64_t)n);
+	}
 	if (n < 0)
-		fuse_reply_err(req, (int)-n);
+		reply_err(req, (int)n);
 	else
 		fuse_reply_buf(req, buf, (size_t)n);
 	free(buf);
