@@ -794,6 +794,35 @@ static void touch(struct cache *c, const struct cache_key *k, uint64_t first,
 	wtx_end(c, &w, mdbe(rc)); /* a lost touch only ages a block */
 }
 
+/* The seqlock check (invariants 7 and 8): do the records of the blocks
+ * found (@rb, @n from block @first) still name the same slot and gen?
+ * Those that do get their lru seq, the others lose found. */
+static int recheck(struct cache *c, const struct cache_key *k, uint64_t first,
+		   struct rd_block *rb, uint64_t n)
+{
+	MDB_txn *txn;
+	int rc = rtx_begin(c, &txn);
+
+	if (rc)
+		return rc;
+	for (uint64_t i = 0; i < n; i++) {
+		struct cache_block_rec b;
+		struct cache_slot_rec s;
+		uint8_t kb[24];
+
+		if (!rb[i].found)
+			continue;
+		cache_key_block(kb, k->dev, k->ino, first + i);
+		if (get_block(c, txn, kb, &b) || b.slot != rb[i].slot ||
+		    b.gen != rb[i].gen || get_slot(c, txn, b.slot, &s))
+			rb[i].found = false;
+		else
+			rb[i].lru = s.lru;
+	}
+	mdb_txn_abort(txn);
+	return 0;
+}
+
 int cache_read(struct cache *c, const struct cache_key *k, void *buf,
 	       size_t len, off_t off, bool *have)
 {
@@ -896,27 +925,12 @@ int cache_read(struct cache *c, const struct cache_key *k, void *buf,
 		have[i] = true;
 	}
 
-	/* the seqlock check: still the same records? */
-	rc = rtx_begin(c, &txn);
+	rc = recheck(c, k, first, rb, n);
 	if (rc)
 		goto out_free;
-	for (uint64_t i = 0; i < n; i++) {
-		struct cache_block_rec b;
-		struct cache_slot_rec s;
-		uint8_t kb[24];
-
-		if (!rb[i].found)
-			continue;
-		cache_key_block(kb, k->dev, k->ino, first + i);
-		if (get_block(c, txn, kb, &b) || b.slot != rb[i].slot ||
-		    b.gen != rb[i].gen || get_slot(c, txn, b.slot, &s)) {
-			have[i] = false;
-			rb[i].found = false;
-			continue;
-		}
-		rb[i].lru = s.lru;
-	}
-	mdb_txn_abort(txn);
+	for (uint64_t i = 0; i < n; i++)
+		if (!rb[i].found && block_len(c, k->size, first + i))
+			have[i] = false; /* its slot changed meanwhile */
 
 	for (uint64_t i = 0; i < n; i++) {
 		uint64_t idx = first + i, bstart = idx * bs;
@@ -1007,23 +1021,10 @@ int cache_pin(struct cache *c, const struct cache_key *k, off_t off,
 		return rc;
 	}
 	/* still the same records? (invariant 8) */
-	rc = rtx_begin(c, &txn);
-	if (!rc) {
-		for (uint64_t i = 0; i < n && !rc; i++) {
-			struct cache_block_rec b;
-			struct cache_slot_rec s;
-			uint8_t kb[24];
-
-			cache_key_block(kb, k->dev, k->ino, first + i);
-			if (get_block(c, txn, kb, &b) ||
-			    b.slot != rb[i].slot || b.gen != rb[i].gen ||
-			    get_slot(c, txn, b.slot, &s))
-				rc = -ENOENT;
-			else
-				rb[i].lru = s.lru;
-		}
-		mdb_txn_abort(txn);
-	}
+	rc = recheck(c, k, first, rb, n);
+	for (uint64_t i = 0; i < n && !rc; i++)
+		if (!rb[i].found)
+			rc = -ENOENT;
 	if (rc) {
 		cache_unpin(c, p);
 		return rc;
