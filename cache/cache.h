@@ -50,8 +50,9 @@
  *
  * Read-ahead engine (struct cache_ra, readahead.c): N fetch threads, each
  * with its own remote connection, that pread blocks at a remote path and
- * cache_put() them (cache_put_fd() where the remote gives a kernel fd). The FUSE layer tells it about every read
- * (cache_ra_note()); a sequential pattern queues the blocks ahead.
+ * cache_put() them (cache_put_fd() where the remote gives a kernel fd).
+ * The FUSE layer tells it about every read (cache_ra_note()); a
+ * sequential pattern queues the blocks ahead.
  */
 #ifndef FERRYFS_CACHE_H
 #define FERRYFS_CACHE_H

@@ -200,17 +200,17 @@ static ssize_t fetch(struct ra_stream *s, const struct ra_job *j)
 	size_t len = (size_t)(j->k.size - start < bs ? j->k.size - start : bs);
 	struct ra_open *o;
 	ssize_t n;
-	int rc;
+	int rc, fd;
 
 	if (cache_has(c, &j->k, j->index))
 		return 0;
 	rc = file_get(s, j, &o);
 	if (rc)
 		return rc;
-	if (rmt_file_fd(o->f) >= 0) {
+	fd = rmt_file_fd(o->f);
+	if (fd >= 0) {
 		/* a kernel file (the path driver): spliced into the slab */
-		rc = cache_put_fd(c, &j->k, j->index, rmt_file_fd(o->f),
-				  (off_t)start, len);
+		rc = cache_put_fd(c, &j->k, j->index, fd, (off_t)start, len);
 		if (rc != -EINVAL) {
 			if (!rc)
 				rmt_file_count_read(o->f, len);

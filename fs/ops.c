@@ -262,9 +262,9 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_write = FS_MAX_WRITE;
 	conn->max_read = fs->o->max_read; /* = the mount option (opts.c) */
 	conn->max_background = fs->o->max_background;
-	conn->congestion_threshold = fs->o->max_background * 3 / 4 ?
-					     fs->o->max_background * 3 / 4 :
-					     1;
+	conn->congestion_threshold = fs->o->max_background * 3 / 4;
+	if (!conn->congestion_threshold)
+		conn->congestion_threshold = 1;
 	conn->max_readahead = FS_READAHEAD_KB * 1024; /* see set_readahead() */
 	conn->time_gran = 1;
 }

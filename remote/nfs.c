@@ -1168,9 +1168,9 @@ static int stat_path(struct nrmt *n, const char *path, struct stat *st)
  * As with ".nfsXXXX" files, the hidden name is listed while the file is
  * open, and a crash leaves it behind. A directory holding only hidden
  * names is not empty for the server: nrmt_rmdir() answers -EBUSY while
- * one of them is a file open here, and removes those of no open file. A file opened on another connection between the
- * check and the REMOVE is removed (a narrow race the kernel client closes
- * with its inode locks).
+ * one of them is a file open here, and removes those of no open file. A
+ * file opened on another connection between the check and the REMOVE is
+ * removed (a narrow race the kernel client closes with its inode locks).
  */
 struct openfile {
 	struct openfile *next; /* protected by open_lock */
@@ -1904,7 +1904,7 @@ static int nrmt_unlink(struct rmt *r, const char *path)
 		rc = hide_if_open(n, path); /* open here: hidden instead */
 	if (rc != 0)
 		return rc < 0 ? rc : 0;
-	NAME_OP(n, path, nfs_unlink_async(n->nfs, p, done_cb, &w));
+	return unlink_once(n, path);
 }
 
 static int nrmt_mknod(struct rmt *r, const char *path, mode_t mode, dev_t rdev)
