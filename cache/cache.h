@@ -227,9 +227,10 @@ void cache_ra_file_init(struct cache_ra_file *f);
 
 /*
  * A read of [@off, @off + @len) of the remote file at @path (version @k)
- * happened. A sequential read (off == the previous end; the first read
- * of a handle at offset 0 too; once sequential, any read within a window
- * of the furthest end, as the kernel sends several at once) doubles the
+ * happened. A sequential read (off == the previous end, or within 4
+ * times the read's size of it: the kernel sends several at once and they
+ * come in any order; the first read of a handle at offset 0 too; once
+ * sequential, any read within a window of the furthest end) doubles the
  * window (from 1 block, at least
  * the read's size, up to max_window_blocks) and queues the blocks of the
  * window after the read that are not cached and not queued yet. Any other

@@ -46,6 +46,7 @@
 #define STREAM_FILES 8
 #define IDLE_MS 2000
 #define QUEUE_MAX 4096
+#define NEAR_READS 4 /* a reader not yet sequential: how far out of order */
 
 struct ra_job {
 	struct ra_job *next;
@@ -413,19 +414,20 @@ void cache_ra_note(struct cache_ra *ra, struct cache_ra_file *f,
 		   size_t len)
 {
 	uint64_t bs = cache_block_size(ra->c), end, first, last, nblocks;
-	uint64_t read_blocks;
+	uint64_t read_blocks, near;
 
 	if (off < 0 || !len)
 		return;
 	end = (uint64_t)off + len;
-	/* sequential: right after the previous read; once a reader is
-	 * sequential (window > 0), anywhere within a window of where it is,
-	 * since the kernel's own read-ahead sends several reads at once and
-	 * our threads take them in any order */
+	/* sequential: right after the previous read, or out of order by a
+	 * few reads of its size; once a reader is sequential (window > 0),
+	 * anywhere within a window of where it is. The kernel's own
+	 * read-ahead sends several reads at once and our threads take them
+	 * in any order, from the first one on. */
+	near = f->window ? (uint64_t)f->window * bs : NEAR_READS * (uint64_t)len;
 	if ((uint64_t)f->last_end != (uint64_t)off &&
-	    (!f->window ||
-	     (uint64_t)off + (uint64_t)f->window * bs < (uint64_t)f->last_end ||
-	     (uint64_t)off > (uint64_t)f->last_end + (uint64_t)f->window * bs)) {
+	    ((uint64_t)off + near < (uint64_t)f->last_end ||
+	     (uint64_t)off > (uint64_t)f->last_end + near)) {
 		/* random: no window, nothing ahead */
 		f->window = 0;
 		f->next_index = 0;

@@ -328,14 +328,14 @@ int fs_cache_status(struct fs *fs, char *buf, size_t size)
 		"\"max_bytes\": %llu, \"hits\": %llu, \"misses\": %llu, "
 		"\"hit_rate\": %.3f, \"readahead_streams\": %u, "
 		"\"readahead_bytes\": %llu, \"readahead_errors\": %llu, "
-		"\"app_read_bytes\": %llu, \"share_read_bytes\": %llu}",
+		"\"readahead_pending\": %u, \"app_read_bytes\": %llu, \"share_read_bytes\": %llu}",
 		fs->cache_dir, (unsigned long long)cs.bytes,
 		(unsigned long long)cs.max_bytes,
 		(unsigned long long)cs.hits, (unsigned long long)cs.misses,
 		lookups ? (double)cs.hits / (double)lookups : 0.0,
 		fs->ra ? fs->o->readahead : 0,
 		(unsigned long long)rs.fetched_bytes,
-		(unsigned long long)rs.errors,
+		(unsigned long long)rs.errors, rs.queued + rs.inflight,
 		(unsigned long long)atomic_load(&fs->app_read_bytes),
 		(unsigned long long)atomic_load(&fs->share_read_bytes));
 }

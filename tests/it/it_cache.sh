@@ -20,11 +20,20 @@ cachef() { # cachef KEY: a field of status --json's "cache"
 		python3 -c 'import json,sys; print(json.load(sys.stdin)["cache"][sys.argv[1]])' "$1"
 }
 drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+settle() { # read-ahead a reader outran may still be fetching: wait for it
+	local i
+	for i in $(seq 300); do
+		[ "$(cachef readahead_pending)" = 0 ] && return 0
+		sleep 0.1
+	done
+	echo "# read-ahead still busy after 30 s"
+}
 
 head -c $((48 << 20)) /dev/urandom >"$REMOTE/big"
 drop
 cmp -s "$REMOTE/big" "$MNT/big" && ok "cold read: equal to the share's file" ||
 	bad "cold read: equal to the share's file" "differs"
+settle
 ra=$(cachef readahead_bytes)
 direct=$(cachef share_read_bytes)
 [ "$ra" -ge $((32 << 20)) ] && ok "cold sequential read: $ra bytes by read-ahead, $direct directly" ||
@@ -45,6 +54,7 @@ cmp -s "$REMOTE/big" "$MNT/big" && ok "changed on the share: the next open reads
 
 head -c $((64 << 20)) /dev/urandom >"$REMOTE/rand"
 drop
+settle
 before=$(($(cachef share_read_bytes) + $(cachef readahead_bytes)))
 read_bytes=$(python3 - "$MNT/rand" "$REMOTE/rand" <<'EOF'
 import os, random, sys
@@ -64,6 +74,7 @@ for _ in range(300):
 print(n)
 EOF
 )
+settle
 after=$(($(cachef share_read_bytes) + $(cachef readahead_bytes)))
 fetched=$((after - before))
 if [ -n "$read_bytes" ] && [ "$fetched" -le $((2 * read_bytes)) ]; then

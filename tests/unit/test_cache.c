@@ -783,6 +783,34 @@ static void test_cache__readahead_sequential_fills_ahead(void **state)
 	cache_assert_sane(fx->c);
 }
 
+/* The kernel's first reads of a file come in any order: a reader that
+ * starts at 512 KiB, then 0, then 1 MiB is sequential from its first read
+ * (its first block is then fetched whole, and cached, by the reader). */
+static void test_cache__readahead_out_of_order_start(void **state)
+{
+	struct fx *fx = *state;
+	struct cache_key k = make_remote_file(fx, "ooo", 14, RA_FILE_SIZE);
+	struct cache_ra_config cfg = { .remote_spec = fx->share };
+	struct cache_ra_file f;
+	struct cache_ra *ra;
+
+	k.dev = 14;
+	open_cache(fx, 128 * MiB, MiB);
+	assert_rc_ok(cache_ra_start(fx->c, &cfg, &ra));
+	cache_ra_file_init(&f);
+	cache_ra_note(ra, &f, "ooo", &k, 512 * KiB, 512 * KiB);
+	assert_true(f.window > 0);
+	assert_true(cache_ra_wait(ra, &k, 1, 10000));
+	cache_ra_note(ra, &f, "ooo", &k, 0, 512 * KiB);
+	assert_true(f.window > 0);
+	cache_ra_note(ra, &f, "ooo", &k, 2 * MiB, 512 * KiB);
+	assert_true(f.window > 0);
+	/* far from where it was: random again */
+	cache_ra_note(ra, &f, "ooo", &k, 40 * MiB, 512 * KiB);
+	assert_int_equal(f.window, 0);
+	cache_ra_stop(ra);
+}
+
 static void test_cache__readahead_random_fetches_nothing_extra(void **state)
 {
 	struct fx *fx = *state;
@@ -883,6 +911,7 @@ int main(void)
 		T(test_cache__system_crash_discards),
 		T(test_cache__concurrent_put_read_evict),
 		T(test_cache__readahead_sequential_fills_ahead),
+		T(test_cache__readahead_out_of_order_start),
 		T(test_cache__readahead_random_fetches_nothing_extra),
 		T(test_cache__readahead_streams_in_parallel),
 	};
