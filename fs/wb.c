@@ -643,6 +643,14 @@ static void wb_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		set |= JNL_SET_GID;
 		a.gid = attr->st_gid;
 	}
+	/* a share whose files are all the login's: chown to another owner
+	 * is refused, as its driver does */
+	if (!(rmt_caps(fs->rmt) & RMT_CAP_OWNER) &&
+	    (((set & JNL_SET_UID) && a.uid != cur.uid) ||
+	     ((set & JNL_SET_GID) && a.gid != cur.gid))) {
+		rc = -EPERM;
+		goto out_err;
+	}
 	if (to_set & FUSE_SET_ATTR_SIZE) {
 		set |= JNL_SET_SIZE;
 		a.size = (uint64_t)attr->st_size;
@@ -717,7 +725,11 @@ static int new_attr(struct fs *fs, fuse_req_t req, struct fs_inode *parent,
 	a->mode = mode;
 	a->uid = fs->is_root ? ctx->uid : geteuid();
 	a->gid = fs->is_root ? ctx->gid : getegid();
-	if (pst.st_mode & S_ISGID) {
+	if (!(rmt_caps(fs->rmt) & RMT_CAP_OWNER)) {
+		/* every file of such a share is the login's, as its parent */
+		a->uid = pst.st_uid;
+		a->gid = pst.st_gid;
+	} else if (pst.st_mode & S_ISGID) {
 		a->gid = pst.st_gid;
 		if (S_ISDIR(mode))
 			a->mode |= S_ISGID;
@@ -730,23 +742,24 @@ static int new_attr(struct fs *fs, fuse_req_t req, struct fs_inode *parent,
  * The parent's id (imported if needed) and that (@parent, @name) is free
  * in the merged view. -EEXIST with *f filled when it is not.
  */
-/* A name the remote could not take: its path would pass PATH_MAX (the
- * same limit as write-through, README "Limits"). */
-static int check_length(struct fs *fs, struct fs_inode *parent,
-			const char *name)
+/* A new name the remote could not take: one it refuses (SMB's
+ * characters), or whose path would pass PATH_MAX (the same limit as
+ * write-through, README "Limits"). Refused now, not at its flush. */
+static int check_name(struct fs *fs, struct fs_inode *parent,
+		      const char *name)
 {
 	char path[PATH_MAX];
 
-	return fs_itab_path(fs->itab, parent, name, path, sizeof(path)) ==
-			       -ENAMETOOLONG
-		       ? -ENAMETOOLONG
-		       : 0;
+	if (fs_itab_path(fs->itab, parent, name, path, sizeof(path)) ==
+	    -ENAMETOOLONG)
+		return -ENAMETOOLONG;
+	return rmt_name_check(fs->rmt, name);
 }
 
 static int prepare_new(struct fs *fs, struct fs_inode *parent,
 		       const char *name, jnl_id *pid, struct found *f)
 {
-	int rc = check_length(fs, parent, name);
+	int rc = check_name(fs, parent, name);
 
 	if (rc == 0)
 		rc = ensure_id(fs, parent, pid);
@@ -756,6 +769,24 @@ static int prepare_new(struct fs *fs, struct fs_inode *parent,
 	if (rc == 0)
 		return -EEXIST;
 	return rc == -ENOENT ? 0 : rc;
+}
+
+/* 0 if the share can hold a node of type @mode (S_IFLNK for a hard link's
+ * 0), else what its driver answers (remote.h, RMT_CAP_LINK...): refused
+ * here, not found out by the flusher later */
+static int share_holds(struct fs *fs, mode_t mode)
+{
+	unsigned int caps = rmt_caps(fs->rmt), need = 0;
+
+	if (mode == 0)
+		need = RMT_CAP_LINK;
+	else if (S_ISLNK(mode))
+		need = RMT_CAP_SYMLINK;
+	else if (S_ISFIFO(mode) || S_ISSOCK(mode))
+		need = RMT_CAP_SPECIAL;
+	else if (!S_ISREG(mode) && !S_ISDIR(mode))
+		return -EPERM; /* no device nodes on a share */
+	return (caps & need) == need ? 0 : -EPERM;
 }
 
 /* mknod, mkdir, symlink: a new node, answered with its entry */
@@ -768,8 +799,10 @@ static void new_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct found f;
 	struct stat st;
 	jnl_id pid, id = 0;
-	int rc = prepare_new(fs, p, name, &pid, &f);
+	int rc = share_holds(fs, mode);
 
+	if (rc == 0)
+		rc = prepare_new(fs, p, name, &pid, &f);
 	if (rc == 0)
 		rc = new_attr(fs, req, p, mode, &a);
 	if (rc < 0)
@@ -778,10 +811,8 @@ static void new_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 		rc = jnl_mkdir(fs->jnl, pid, name, &a, &id);
 	else if (S_ISLNK(mode))
 		rc = jnl_symlink(fs->jnl, pid, name, target, &a, &id);
-	else if (S_ISREG(mode) || S_ISFIFO(mode) || S_ISSOCK(mode))
-		rc = jnl_create(fs->jnl, pid, name, &a, &id);
 	else
-		rc = -EPERM; /* no device nodes on a share */
+		rc = jnl_create(fs->jnl, pid, name, &a, &id);
 	if (rc == 0)
 		rc = node_stat(fs, id, NULL, &st);
 	if (rc < 0)
@@ -867,11 +898,14 @@ static void wb_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	jnl_id pid1, pid2;
 	int rc;
 
-	if (flags & ~(unsigned int)(RENAME_NOREPLACE | RENAME_EXCHANGE)) {
-		fuse_reply_err(req, EINVAL); /* RENAME_WHITEOUT */
+	if ((flags & ~(unsigned int)(RENAME_NOREPLACE | RENAME_EXCHANGE)) ||
+	    ((flags & RENAME_EXCHANGE) &&
+	     !(rmt_caps(fs->rmt) & RMT_CAP_EXCHANGE))) {
+		/* RENAME_WHITEOUT; an exchange the share cannot make */
+		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	rc = check_length(fs, p2, newname);
+	rc = check_name(fs, p2, newname);
 	if (rc == 0)
 		rc = ensure_id(fs, p1, &pid1);
 	if (rc == 0)
@@ -924,8 +958,10 @@ static void wb_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	struct found f;
 	struct stat st;
 	jnl_id id, pid;
-	int rc = ensure_id(fs, inode_of(fs, ino), &id);
+	int rc = share_holds(fs, 0);
 
+	if (rc == 0)
+		rc = ensure_id(fs, inode_of(fs, ino), &id);
 	if (rc == 0)
 		rc = prepare_new(fs, p, newname, &pid, &f);
 	if (rc == 0)

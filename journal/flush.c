@@ -1233,16 +1233,18 @@ static struct rmt_setattr attrs_of(const struct jnl_node *n, unsigned int set)
 	return sa;
 }
 
-static unsigned int owner_bits(const struct jnl_flusher *f)
+static unsigned int owner_bits(const struct stream *s)
 {
-	return f->root ? RMT_SET_UID | RMT_SET_GID : 0;
+	return s->f->root && (rmt_caps(s->r) & RMT_CAP_OWNER)
+		       ? RMT_SET_UID | RMT_SET_GID
+		       : 0;
 }
 
 static int replay_create(struct stream *s, const struct jnl_node *n)
 {
 	struct jnl_flusher *f = s->f;
 	unsigned int set = RMT_SET_MODE | RMT_SET_ATIME | RMT_SET_MTIME |
-			   owner_bits(f);
+			   owner_bits(s);
 	struct rmt_setattr sa = attrs_of(n, set);
 	struct rmt_file *rf;
 	struct stat st;
@@ -1275,7 +1277,7 @@ static int replay_symlink(struct stream *s, const struct jnl_node *n,
 			  enum fault *fault)
 {
 	struct rmt_setattr sa = attrs_of(n, RMT_SET_ATIME | RMT_SET_MTIME |
-						    owner_bits(s->f));
+						    owner_bits(s));
 	int rc;
 
 	rc = jnl_readlink(s->f->j, n->id, s->path2, sizeof(s->path2));
@@ -1333,7 +1335,7 @@ static int replay_attrs(struct stream *s, const struct jnl_op *op,
 		if (!S_ISREG(n->mode))
 			return 0;
 		set = RMT_SET_SIZE | RMT_SET_MODE | RMT_SET_ATIME |
-		      RMT_SET_MTIME | owner_bits(f);
+		      RMT_SET_MTIME | owner_bits(s);
 	} else {
 		set |= (op->flags & JNL_SET_MODE) ? RMT_SET_MODE : 0;
 		set |= (op->flags & JNL_SET_UID) ? RMT_SET_UID : 0;
@@ -1441,7 +1443,7 @@ static int replay_op(struct stream *s, const struct jnl_op *op,
 			    * times are the application's */
 			struct rmt_setattr sa = attrs_of(
 				&n, RMT_SET_MODE | RMT_SET_ATIME |
-					    RMT_SET_MTIME | owner_bits(f));
+					    RMT_SET_MTIME | owner_bits(s));
 
 			rc = rmt_setattr(s->r, s->path, NULL, &sa);
 		}

@@ -983,7 +983,8 @@ int rmt_agent_open(const char *url, const char *opts, struct rmt **out)
 	}
 	pthread_mutex_init(&a->lock, NULL);
 	a->base.ops = &agent_ops;
-	a->base.caps = RMT_CAP_THREADSAFE | RMT_CAP_PUT | RMT_CAP_BATCH;
+	a->base.caps = RMT_CAP_THREADSAFE | RMT_CAP_PUT | RMT_CAP_BATCH |
+		       RMT_CAPS_POSIX;
 	if (asprintf(&a->base.id, "agent:%s:%s/%s", a->host, a->port,
 		     a->prefix ? a->prefix : "") < 0) {
 		a->base.id = NULL;

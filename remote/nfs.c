@@ -1648,7 +1648,7 @@ int rmt_nfs_open(const char *url, const char *opts, struct rmt **out)
 		n->wchunk = V4_WRITE_CHUNK;
 	}
 	n->base.ops = &nfs_ops;
-	n->base.caps = RMT_CAP_CLOSE_ERRORS;
+	n->base.caps = RMT_CAP_CLOSE_ERRORS | (RMT_CAPS_POSIX & ~RMT_CAP_EXCHANGE);
 	LOG_DBG("nfs '%s': NFSv%d, reads of %zu, writes of %zu bytes",
 		n->base.id, n->version, n->rchunk, n->wchunk);
 	*out = &n->base;

@@ -291,7 +291,7 @@ int rmt_path_open(const char *dir, const char *opts, struct rmt **out)
 	p->base.ops = &path_ops;
 	p->rootfd = fd;
 	p->proc = probe_proc(fd);
-	p->base.caps = RMT_CAP_THREADSAFE | RMT_CAP_FD;
+	p->base.caps = RMT_CAP_THREADSAFE | RMT_CAP_FD | RMT_CAPS_POSIX;
 	if (on_network_fs(p->rootfd))
 		p->base.caps |= RMT_CAP_CLOSE_ERRORS;
 	if (p->proc && probe_xattr(fd))

@@ -362,6 +362,11 @@ static int pool_statfs(struct rmt *r, struct statvfs *sv)
 
 /* --- names ------------------------------------------------------------- */
 
+static int pool_name_check(struct rmt *r, const char *name)
+{
+	return rmt_name_check(to_pool(r)->conns[0].r, name); /* no I/O */
+}
+
 static int pool_stat(struct rmt *r, const char *path, struct stat *st)
 {
 	int rc;
@@ -647,6 +652,7 @@ static const struct rmt_ops pool_ops = {
 	.close = pool_close,
 	.stat = pool_stat,
 	.statfs = pool_statfs,
+	.name_check = pool_name_check,
 	.readdir = pool_readdir,
 	.mkdir = pool_mkdir,
 	.rmdir = pool_rmdir,

@@ -284,6 +284,11 @@ int rmt_stat(struct rmt *r, const char *path, struct stat *st)
 	return r->ops->stat(r, path, st);
 }
 
+int rmt_name_check(struct rmt *r, const char *name)
+{
+	return r->ops->name_check ? r->ops->name_check(r, name) : 0;
+}
+
 int rmt_statfs(struct rmt *r, struct statvfs *sv)
 {
 	OP(r);

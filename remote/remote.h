@@ -58,7 +58,19 @@ enum rmt_caps {
 	RMT_CAP_PUT = 1 << 4,
 	/* rmt_batch_begin() works: namespace calls go in one round trip */
 	RMT_CAP_BATCH = 1 << 5,
+	/* What the share can hold. Without one of these, the call gives what
+	 * the driver answers (-EPERM, -EINVAL) and write-back refuses the
+	 * same at once instead of taking it into the journal. */
+	RMT_CAP_LINK = 1 << 6,     /* hard links */
+	RMT_CAP_SYMLINK = 1 << 7,  /* symbolic links */
+	RMT_CAP_SPECIAL = 1 << 8,  /* fifos and sockets */
+	RMT_CAP_OWNER = 1 << 9,    /* any owner and group (else: the login's) */
+	RMT_CAP_EXCHANGE = 1 << 10, /* rename with RMT_RENAME_EXCHANGE */
 };
+
+#define RMT_CAPS_POSIX                                                    \
+	(RMT_CAP_LINK | RMT_CAP_SYMLINK | RMT_CAP_SPECIAL | RMT_CAP_OWNER | \
+	 RMT_CAP_EXCHANGE)
 
 /* Which fields of a struct rmt_setattr are applied. */
 enum rmt_set {
@@ -178,6 +190,15 @@ void rmt_file_count_write(struct rmt_file *f, uint64_t n);
 int rmt_path_check(const char *path);
 
 /* --- names ------------------------------------------------------------- */
+
+/*
+ * 0 if the share can hold an entry named @name (one component, checked by
+ * rmt_path_check already), else what creating it would answer: -EINVAL
+ * (a character the share refuses: SMB's \ : * ? " < > | and controls),
+ * -EILSEQ (not UTF-8 where names are Unicode). No I/O: write-back asks
+ * before it takes a new name into the journal.
+ */
+int rmt_name_check(struct rmt *r, const char *name);
 
 /* lstat(2) of path: symlinks are not followed. */
 int rmt_stat(struct rmt *r, const char *path, struct stat *st);

@@ -34,6 +34,8 @@ struct rmt_ops {
 		      unsigned int flags);
 	int (*setattr)(struct rmt *r, const char *path, struct rmt_file *f,
 		       const struct rmt_setattr *sa);
+	/* optional (NULL: every name): rmt_name_check(), no I/O */
+	int (*name_check)(struct rmt *r, const char *name);
 	/* the xattr calls: NULL for a driver without RMT_CAP_XATTR
 	 * (remote.c answers for it) */
 	ssize_t (*getxattr)(struct rmt *r, const char *path, const char *name,

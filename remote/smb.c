@@ -77,7 +77,9 @@
  * opened again (its calls fail).
  *
  * What SMB2 without POSIX extensions (Samba's defaults) cannot do, and
- * what this driver answers:
+ * what this driver answers (its caps have none of RMT_CAPS_POSIX, and
+ * rmt_name_check() gives what Samba answers for a name, so write-back
+ * refuses the same at once):
  *  - symlinks: rmt_symlink() -EPERM, rmt_readlink() -EINVAL (nothing is a
  *    symlink: the server follows its own, inside the share);
  *  - hard links: rmt_link() -EPERM; fifos and sockets: rmt_mknod() -EPERM;
@@ -108,9 +110,9 @@
  *    libsmbclient's rename, then unlink of the target and rename again;
  *    over an empty directory, rmdir of it and rename again: not atomic;
  *  - names: a backslash in a name is refused (-EINVAL: it is SMB's path
- *    separator); the server may refuse names Windows cannot hold (: * ? "
- *    < > |) and match names without case (Samba's "case sensitive =
- *    auto").
+ *    separator), so are names that are not UTF-8 (-EILSEQ); Samba refuses
+ *    names Windows cannot hold (: * ? " < > | and control characters:
+ *    -EINVAL) and matches names without case ("case sensitive = auto").
  * rmt_file_copy() is a server-side copy (SMB2 COPYCHUNK, smbc_splice) when
  * both files are on one connection, else remote.c copies.
  *
@@ -421,6 +423,19 @@ static bool utf8_valid(const char *s, size_t len)
 		i += n;
 	}
 	return true;
+}
+
+/* rmt_name_check(): what Samba refuses in a name (a Windows name), and
+ * names that are not UTF-8 */
+static int srmt_name_check(struct rmt *r, const char *name)
+{
+	(void)r;
+	if (!utf8_valid(name, strlen(name)))
+		return -EILSEQ;
+	for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+		if (*c < 0x20 || strchr("\\:*?\"<>|", *c))
+			return -EINVAL;
+	return 0;
 }
 
 /* base + "/" + percent-encoded path (libsmbclient decodes %XX and takes
@@ -1916,6 +1931,7 @@ static const struct rmt_ops smb_ops = {
 	.close = srmt_close,
 	.stat = srmt_stat,
 	.statfs = srmt_statfs,
+	.name_check = srmt_name_check,
 	.readdir = srmt_readdir,
 	.mkdir = srmt_mkdir,
 	.rmdir = srmt_rmdir,
@@ -2261,7 +2277,7 @@ int rmt_smb_open(const char *url, const char *opts, struct rmt **out)
 		goto out_lock;
 	s->base.ops = &smb_ops;
 	/* one worker: for one thread, the pool's; a close can report */
-	s->base.caps = RMT_CAP_CLOSE_ERRORS;
+	s->base.caps = RMT_CAP_CLOSE_ERRORS; /* none of RMT_CAPS_POSIX */
 	*out = &s->base;
 	free(o.credentials);
 	return 0;

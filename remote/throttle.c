@@ -633,6 +633,11 @@ static void throttle_close(struct rmt *r)
 	free(t);
 }
 
+static int throttle_name_check(struct rmt *r, const char *name)
+{
+	return rmt_name_check(to_trmt(r)->inner, name); /* no I/O: free */
+}
+
 static int throttle_statfs(struct rmt *r, struct statvfs *sv)
 {
 	ENTER(to_trmt(r));
@@ -918,6 +923,7 @@ static const struct rmt_ops throttle_ops = {
 	.close = throttle_close,
 	.stat = throttle_stat,
 	.statfs = throttle_statfs,
+	.name_check = throttle_name_check,
 	.readdir = throttle_readdir,
 	.mkdir = throttle_mkdir,
 	.rmdir = throttle_rmdir,

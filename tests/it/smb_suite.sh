@@ -2,7 +2,7 @@
 # smb_suite.sh - ferryfs's smb driver against a real SMB server (Samba):
 # the CI entry of the SMB half of issue 4. As root:
 #
-#   tests/it/smb_suite.sh FERRYFS IT_SYSCALLS [--writeback] [--keep]
+#   tests/it/smb_suite.sh FERRYFS IT_SYSCALLS [--keep]
 #
 # FERRYFS and IT_SYSCALLS are the built binaries (ctest passes
 # $<TARGET_FILE:...>).
@@ -24,6 +24,11 @@
 #    driver logs "connection lost" and "connection back".
 #    SMB_SUITE_KILL_SMBD=1 runs it on a nas.sh that was up already (for
 #    the one who brought it up).
+#    What the share cannot hold (hard links, symlinks, fifos, another
+#    owner, RENAME_EXCHANGE, Windows-forbidden or non-UTF-8 names, also in
+#    a directory not flushed yet): a write-back mount answers each call as
+#    a write-through one does (EPERM, EINVAL, EILSEQ: the list in
+#    CANNOT_WANT), at once, and its flush then has nothing to give up.
 # 4. it_syscalls and it_programs on ferryfs mounts of
 #    smb://ferry@NAS_IP/nas/<run> -o credentials=SMB_CRED_FILE,writeback=off
 #    (tests/it/mount_run.sh with FERRYFS_REMOTE, FERRYFS_REMOTE_DIR and
@@ -33,10 +38,8 @@
 #    with IT_SKIP_REASON=smb and IT_SKIP_FEATURES=$SMB_SKIP (below): what
 #    SMB2 without POSIX extensions and Samba's defaults cannot do. Each run
 #    gets a fresh directory of the share, made here before the mount.
-#    --writeback: both again with write-back (the default mount), REPORTED
-#    ONLY: the journal takes hard links, symlinks and fifos that the flusher
-#    then cannot make on an SMB share (the mount does not ask the remote
-#    what it can hold yet), so git's link() of its objects ends in 'error'.
+#    Both again with write-back (the default mount), each checked after
+#    its flush as on the path driver.
 # 5. Teardown, whatever happened: our run directories removed, nas.sh
 #    taken down only if this run brought it up, the temp dir removed
 #    (--keep keeps both and prints where).
@@ -74,12 +77,10 @@ log() { printf 'smb_suite: %s\n' "$*"; }
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 keep=0
-writeback=0
 args=()
 for a in "$@"; do
 	case "$a" in
 	--keep) keep=1 ;;
-	--writeback) writeback=1 ;;
 	-h | --help)
 		sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
 		exit 0
@@ -88,7 +89,7 @@ for a in "$@"; do
 	esac
 done
 if [ ${#args[@]} -lt 2 ]; then
-	echo "usage: smb_suite.sh FERRYFS IT_SYSCALLS [--writeback] [--keep]" >&2
+	echo "usage: smb_suite.sh FERRYFS IT_SYSCALLS [--keep]" >&2
 	exit 2
 fi
 FERRYFS=$(readlink -f "${args[0]}")
@@ -134,7 +135,8 @@ cleanup() {
 		rm -rf "$SHARE_DIR"/smb-syscalls-$$ "$SHARE_DIR"/smb-programs-$$ \
 			"$SHARE_DIR"/smb-refuse-$$ "$SHARE_DIR"/smb-reconnect-$$ \
 			"$SHARE_DIR"/smb-daemon-$$ "$SHARE_DIR"/smb-wb-syscalls-$$ \
-			"$SHARE_DIR"/smb-wb-programs-$$
+			"$SHARE_DIR"/smb-wb-programs-$$ "$SHARE_DIR"/smb-cannot-wt-$$ \
+			"$SHARE_DIR"/smb-cannot-wb-$$
 	fi
 	if [ "$nas_down" = 1 ]; then
 		"$NAS" down >/dev/null 2>&1 || log "warning: 'nas.sh down' failed"
@@ -199,8 +201,8 @@ log "using nas.sh's smbd: $SMB_URL (shared from $SHARE_DIR)"
 
 # The share's directories belong to the login (files written over SMB are
 # ferry's): made here, then handed to ferry so smbd can write in them.
-names="syscalls programs refuse reconnect daemon"
-[ "$writeback" = 1 ] && names+=" wb-syscalls wb-programs"
+names="syscalls programs refuse reconnect daemon wb-syscalls wb-programs"
+names+=" cannot-wt cannot-wb"
 for name in $names; do
 	mkdir -m 0777 "$SHARE_DIR/smb-$name-$$" || exit
 	chown ferry: "$SHARE_DIR/smb-$name-$$" 2>/dev/null
@@ -291,6 +293,121 @@ else
 	sed 's/^/    /' "$W/daemon.out"
 fi
 
+# --- what the share cannot hold ----------------------------------------------
+
+# Each call on a mount of an empty directory, and its answer as cannot_calls
+# prints it; the same from both modes.
+CANNOT_WANT='create f: ok
+link: EPERM
+symlink: EPERM
+mkfifo: EPERM
+chown to its owner: ok
+chown to nobody: EPERM
+chgrp to nogroup: EPERM
+rename exchange: EINVAL
+create a:b: EINVAL
+create a*b: EINVAL
+create a?b: EINVAL
+create a"b: EINVAL
+create a<b: EINVAL
+create a>b: EINVAL
+create a|b: EINVAL
+create a\b: EINVAL
+create a\x01b: EINVAL
+create \xff: EILSEQ
+rename f to a:b: EINVAL
+mkdir d: ok
+in d: create a:b: EINVAL
+in d: create a|b: EINVAL
+in d: mkdir a*d: EINVAL
+in d: create \xff: EILSEQ
+in d: link: EPERM
+in d: symlink: EPERM'
+
+# cannot_calls DIR: one line per call, "what: ok" or "what: ERRNO"
+cannot_calls() {
+	python3 - "$1" <<'EOF'
+import ctypes, errno, os, sys
+d = sys.argv[1].encode()
+libc = ctypes.CDLL(None, use_errno=True)
+def call(what, fn):
+    try:
+        fn()
+        print(f"{what}: ok")
+    except OSError as e:
+        print(f"{what}: {errno.errorcode.get(e.errno, e.errno)}")
+def p(n):
+    return os.path.join(d, n if isinstance(n, bytes) else n.encode())
+def create(n):
+    os.close(os.open(p(n), os.O_CREAT | os.O_WRONLY, 0o644))
+def exchange(a, b):
+    if libc.renameat2(-100, p(a), -100, p(b), 2):  # RENAME_EXCHANGE
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+def show(n):  # a name as CANNOT_WANT writes it
+    return "".join(chr(c) if 32 <= c < 127 else f"\\x{c:02x}" for c in n)
+call("create f", lambda: create("f"))
+create("g")
+st = os.stat(p("f"))
+call("link", lambda: os.link(p("f"), p("l")))
+call("symlink", lambda: os.symlink("f", p("s")))
+call("mkfifo", lambda: os.mkfifo(p("p")))
+call("chown to its owner", lambda: os.chown(p("f"), st.st_uid, st.st_gid))
+call("chown to nobody", lambda: os.chown(p("f"), 65534, -1))
+call("chgrp to nogroup", lambda: os.chown(p("f"), -1, 65534))
+call("rename exchange", lambda: exchange("f", "g"))
+for n in [b"a:b", b"a*b", b"a?b", b'a"b', b"a<b", b"a>b", b"a|b", b"a\\b",
+          b"a\x01b", b"\xff"]:
+    call("create " + show(n), lambda: create(n))
+call("rename f to a:b", lambda: os.rename(p("f"), p("a:b")))
+# a directory made here: in write-back it is only in the journal
+call("mkdir d", lambda: os.mkdir(p("d")))
+for n in [b"d/a:b", b"d/a|b"]:
+    call("in d: create " + show(n[2:]), lambda: create(n))
+call("in d: mkdir a*d", lambda: os.mkdir(p("d/a*d")))
+call("in d: create \\xff", lambda: create(b"d/\xff"))
+call("in d: link", lambda: os.link(p("f"), p("d/l")))
+call("in d: symlink", lambda: os.symlink("f", p("d/s")))
+EOF
+}
+
+# cannot_check MODE OPTS: the calls on a mount of smb-cannot-MODE-$$
+cannot_check() {
+	local mode=$1 opts=$2 mnt=$W/mnt-cannot-$1 rc=0 left
+	mkdir -p "$mnt"
+	"$W/ferryfs" mount "$SMB_URL/smb-cannot-$mode-$$" "$mnt" \
+		-o credentials="$CRED",journal="$W/journal-cannot-$mode",cache=off,"$opts" \
+		</dev/null || return 1
+	cannot_calls "$mnt" >"$W/cannot-$mode.out" 2>&1
+	if ! diff -u <(printf '%s\n' "$CANNOT_WANT") "$W/cannot-$mode.out"; then
+		echo "$mode: answers differ from CANNOT_WANT (above)"
+		rc=1
+	fi
+	# write-back: nothing taken that the flush would have to give up
+	if ! timeout 120 "$FERRYFS" flush "$mnt" --wait; then
+		echo "$mode: flush --wait failed"
+		rc=1
+	fi
+	left=$(cd "$SHARE_DIR/smb-cannot-$mode-$$" && ls -A | tr '\n' ' ')
+	if [ "$left" != "d f g " ]; then
+		echo "$mode: the share holds '$left', not 'd f g '"
+		rc=1
+	fi
+	fusermount3 -u "$mnt" || rc=1
+	return $rc
+}
+
+for mode in wt wb; do
+	[ $mode = wt ] && opts=writeback=off || opts=writeback=on
+	if cannot_check $mode $opts >"$W/cannot-$mode.log" 2>&1; then
+		summary+=("ok - $mode: what SMB cannot hold is refused at once, as the share refuses it")
+	else
+		failed=1
+		summary+=("not ok - $mode: what SMB cannot hold FAILED")
+		sed 's/^/    /' "$W/cannot-$mode.log"
+	fi
+done
+
 # --- a dropped connection ------------------------------------------------------
 
 # The pid of the smbd serving the TCP connection of worker process $1.
@@ -353,28 +470,22 @@ fi
 
 # --- 4. the mount runs -------------------------------------------------------------
 
-# result NAME LOGFILE RC GATING: one summary line from a run's log
+# result NAME LOGFILE RC: one summary line from a run's log
 result() {
-	local name=$1 file=$2 rc=$3 gating=$4 tally skips
+	local name=$1 file=$2 rc=$3 tally skips
 	tally=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$file" | tail -n 1)
 	skips=$(grep -c '# SKIP' "$file")
 	local line="$name: ${tally:-no tally} ($skips skipped, exit $rc)"
 	if [ "$rc" != 0 ]; then
-		if [ "$gating" = 1 ]; then
-			failed=1
-			line+=" FAILED"
-		else
-			line+=" (reported only)"
-		fi
+		failed=1
+		line+=" FAILED"
 		grep -E '^not ok|giving it up' "$file" | head -n 40 |
 			sed 's/^/    /' >"$W/fails.${name// /-}"
 	fi
 	summary+=("$line")
 }
 
-runs=(wt)
-[ "$writeback" = 1 ] && runs+=(wb)
-for mode in "${runs[@]}"; do
+for mode in wt wb; do
 	for t in syscalls programs; do
 		if [ $t = syscalls ]; then
 			cmd=$IT_SYSCALLS
@@ -382,9 +493,9 @@ for mode in "${runs[@]}"; do
 			cmd=$ROOT/tests/it/it_programs.sh
 		fi
 		if [ "$mode" = wt ]; then
-			dir=smb-$t-$$ opts=writeback=off gating=1
+			dir=smb-$t-$$ opts=writeback=off
 		else
-			dir=smb-wb-$t-$$ opts=writeback=on gating=0
+			dir=smb-wb-$t-$$ opts=writeback=on
 		fi
 		skip=$SMB_SKIP
 		# write-back: as nfs_suite, a change behind the mount's back is
@@ -399,7 +510,7 @@ for mode in "${runs[@]}"; do
 			>"$W/$mode-$t.log" 2>&1
 		rc=$?
 		cat "$W/$mode-$t.log"
-		result "$mode it_$t" "$W/$mode-$t.log" $rc $gating
+		result "$mode it_$t" "$W/$mode-$t.log" $rc
 	done
 done
 
