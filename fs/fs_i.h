@@ -197,6 +197,10 @@ unsigned int fs_itab_cached_handles(struct fs_itab *t, struct fs_inode *ino);
 /* Borrow any open handle of @ino (refs + 1), or NULL: used for an unlinked
  * but open file that has no path left. Give it back with handle_put. */
 struct fs_handle *fs_itab_handle_any(struct fs_itab *t, struct fs_inode *ino);
+/* Borrow up to @max open handles of @ino (refs + 1 each) into @out;
+ * returns how many. Give each back with handle_put. */
+unsigned int fs_itab_handles(struct fs_itab *t, struct fs_inode *ino,
+			     struct fs_handle **out, unsigned int max);
 /* Drop a ref. Returns true when it was the last: the handle is then detached
  * from its inode (which may be freed) and the caller closes h->file and
  * frees h. */

@@ -584,6 +584,20 @@ struct fs_handle *fs_itab_handle_any(struct fs_itab *t, struct fs_inode *ino)
 	return h;
 }
 
+unsigned int fs_itab_handles(struct fs_itab *t, struct fs_inode *ino,
+			     struct fs_handle **out, unsigned int max)
+{
+	unsigned int n = 0;
+
+	pthread_mutex_lock(&t->lock);
+	for (struct fs_handle *h = ino->handles; h && n < max; h = h->next) {
+		h->refs++;
+		out[n++] = h;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return n;
+}
+
 bool fs_itab_handle_put(struct fs_itab *t, struct fs_handle *h)
 {
 	bool last;

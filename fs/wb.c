@@ -55,6 +55,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -738,10 +739,6 @@ static int new_attr(struct fs *fs, fuse_req_t req, struct fs_inode *parent,
 	return 0;
 }
 
-/*
- * The parent's id (imported if needed) and that (@parent, @name) is free
- * in the merged view. -EEXIST with *f filled when it is not.
- */
 /* A new name the remote could not take: one it refuses (SMB's
  * characters), or whose path would pass PATH_MAX (the same limit as
  * write-through, README "Limits"). Refused now, not at its flush. */
@@ -756,6 +753,44 @@ static int check_name(struct fs *fs, struct fs_inode *parent,
 	return rmt_name_check(fs->rmt, name);
 }
 
+struct case_look {
+	const char *name;
+	jnl_id except;
+};
+
+static int case_cb(const char *name, jnl_id id, void *arg)
+{
+	const struct case_look *l = arg;
+
+	return id && id != l->except && !strcasecmp(name, l->name) &&
+			       strcmp(name, l->name)
+		       ? -EEXIST
+		       : 0;
+}
+
+/*
+ * On a share that does not tell names apart by case (no RMT_CAP_CASE:
+ * SMB), -EEXIST if directory @pid holds in the journal another node
+ * (not @except) under @name in other letter case (ASCII): both would be
+ * one file on the share, the later overwriting the earlier at the flush.
+ * A name the share has already is found by its own lookup (find_in()).
+ * Costs a walk of the directory's journal entries.
+ */
+static int case_taken(struct fs *fs, jnl_id pid, const char *name,
+		      jnl_id except)
+{
+	struct case_look l = { name, except };
+
+	if (rmt_caps(fs->rmt) & RMT_CAP_CASE)
+		return 0;
+	return jnl_readdir(fs->jnl, pid, case_cb, &l);
+}
+
+/*
+ * The parent's id (imported if needed) and that (@parent, @name) is free
+ * in the merged view: -EEXIST with *f filled when it is not; -EEXIST with
+ * f->st.st_mode 0 when another case of it is taken (case_taken()).
+ */
 static int prepare_new(struct fs *fs, struct fs_inode *parent,
 		       const char *name, jnl_id *pid, struct found *f)
 {
@@ -768,7 +803,9 @@ static int prepare_new(struct fs *fs, struct fs_inode *parent,
 	rc = find_in(fs, *pid, parent, name, f);
 	if (rc == 0)
 		return -EEXIST;
-	return rc == -ENOENT ? 0 : rc;
+	if (rc == -ENOENT)
+		rc = case_taken(fs, *pid, name, 0);
+	return rc;
 }
 
 /* 0 if the share can hold a node of type @mode (S_IFLNK for a hard link's
@@ -842,6 +879,38 @@ static void wb_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
 	new_node(req, parent, name, S_IFLNK | 0777, link);
 }
 
+static int handle_remote(struct fs *fs, struct fs_handle *h,
+			 struct rmt_file **out);
+
+#define HOLD_MAX 64
+
+/*
+ * A name of the regular file @st is going while it may be open here:
+ * every write-back handle of it opens the share's file now (it does so
+ * only at its first read otherwise), so that the bytes the journal does
+ * not hold stay readable after the flusher removes the name on the share:
+ * the driver keeps an open file (an fd; NFS's and SMB's hidden names), as
+ * POSIX asks for an unlinked open file. A file the share does not have
+ * yet (created here) fails to open: its bytes are all in the journal.
+ */
+static void hold_remote(struct fs *fs, const struct stat *st)
+{
+	struct fs_handle *hs[HOLD_MAX];
+	struct fs_inode *n;
+	struct rmt_file *f;
+	unsigned int k;
+
+	if (!S_ISREG(st->st_mode))
+		return;
+	n = fs_itab_find(fs->itab, st->st_dev, st->st_ino);
+	k = n ? fs_itab_handles(fs->itab, n, hs, HOLD_MAX) : 0;
+	for (unsigned int i = 0; i < k; i++) {
+		if (hs[i]->id)
+			(void)handle_remote(fs, hs[i], &f);
+		fs_handle_put(fs, hs[i]);
+	}
+}
+
 /* unlink or rmdir (dir = true) */
 static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 			bool dir)
@@ -867,6 +936,8 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 		rc = merged_empty(fs, 0, path);
 	if (rc == 0)
 		rc = import_found(fs, pid, name, &f);
+	if (rc == 0 && !dir)
+		hold_remote(fs, &f.st);
 	if (rc == 0)
 		rc = dir ? jnl_rmdir(fs->jnl, pid, name)
 			 : jnl_unlink(fs->jnl, pid, name);
@@ -924,6 +995,10 @@ static void wb_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	rc = 0;
 	if (have_dst && dst.journal && dst.id == src.id)
 		goto out; /* the same object: nothing to do */
+	if (!have_dst)
+		rc = case_taken(fs, pid2, newname, src.id);
+	if (rc < 0)
+		goto out;
 	if ((flags & RENAME_NOREPLACE) && have_dst) {
 		rc = -EEXIST;
 	} else if (flags & RENAME_EXCHANGE) {
@@ -940,6 +1015,8 @@ static void wb_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		else if (ddir && (rc = id_rpath(fs, pid2, newname, path)) == 0)
 			rc = merged_empty(fs, 0, path);
 	}
+	if (rc == 0 && have_dst && !(flags & RENAME_EXCHANGE))
+		hold_remote(fs, &dst.st); /* replaced */
 	if (rc == 0)
 		rc = jnl_rename(fs->jnl, pid1, name, pid2, newname, flags);
 	if (rc == 0)
@@ -1059,7 +1136,7 @@ static void wb_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	jnl_id pid, id = 0;
 	int rc = prepare_new(fs, p, name, &pid, &f);
 
-	if (rc == -EEXIST && !(fi->flags & O_EXCL)) {
+	if (rc == -EEXIST && !(fi->flags & O_EXCL) && f.st.st_mode) {
 		/* it appeared since the kernel's lookup: open it */
 		rc = S_ISDIR(f.st.st_mode) ? -EISDIR
 					   : import_found(fs, pid, name, &f);

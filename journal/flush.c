@@ -257,6 +257,7 @@ static bool permanent(int rc)
 	case EFBIG:
 	case EMLINK:
 	case EOPNOTSUPP:
+	case EILSEQ: /* a name the share cannot hold */
 		return true;
 	}
 	return false;

@@ -1869,30 +1869,40 @@ static int hidden_one(const char *name, const struct stat *st, void *arg)
 
 /*
  * A directory that holds only hidden names (open files unlinked here, see
- * "silly renames") is not empty for the server. Those of files still open
- * here make the rmdir -EBUSY: it can succeed once they are closed (the
- * flusher tries again later). Those of no open file, which a killed
- * process left behind, are removed, and the rmdir is made again.
+ * "silly renames") is not empty for the server. Those of no open file,
+ * which a killed process left behind, are removed, and the rmdir is made
+ * again. Those of files still open here are waited for a little (a
+ * close(2) just made reaches us as an asynchronous RELEASE: BUSY_TRIES,
+ * the k-th try after k * BUSY_WAIT_US), then make the rmdir -EBUSY: it
+ * can succeed once they are closed (the flusher tries again later).
  */
+#define BUSY_TRIES 8
+#define BUSY_WAIT_US 30000
+
 static int nrmt_rmdir(struct rmt *r, const char *path)
 {
 	struct nrmt *n = to_nrmt(r);
-	struct hidden_scan h = { .n = n, .dir = path };
 	int rc = check_type4(n, path, true);
 
 	if (rc < 0)
 		return rc;
 	rc = rmdir_once(n, path);
-	if (rc != -ENOTEMPTY)
-		return rc;
-	rc = nrmt_readdir(r, path, hidden_one, &h);
-	if (h.other || (rc < 0 && rc != -ECANCELED))
-		return -ENOTEMPTY;
-	if (h.busy)
-		return -EBUSY;
-	if (h.rc < 0)
-		return h.rc;
-	return rmdir_once(n, path);
+	for (int tries = 1; rc == -ENOTEMPTY; tries++) {
+		struct hidden_scan h = { .n = n, .dir = path };
+
+		rc = nrmt_readdir(r, path, hidden_one, &h);
+		if (h.other || (rc < 0 && rc != -ECANCELED))
+			return -ENOTEMPTY;
+		if (h.rc < 0)
+			return h.rc;
+		if (h.busy) {
+			if (tries > BUSY_TRIES)
+				return -EBUSY;
+			usleep((useconds_t)tries * BUSY_WAIT_US);
+		}
+		rc = rmdir_once(n, path);
+	}
+	return rc;
 }
 
 static int nrmt_unlink(struct rmt *r, const char *path)

@@ -66,11 +66,14 @@ enum rmt_caps {
 	RMT_CAP_SPECIAL = 1 << 8,  /* fifos and sockets */
 	RMT_CAP_OWNER = 1 << 9,    /* any owner and group (else: the login's) */
 	RMT_CAP_EXCHANGE = 1 << 10, /* rename with RMT_RENAME_EXCHANGE */
+	/* names differing only in case are different names (without it, as
+	 * on SMB: "a" and "A" are one name, the first one made) */
+	RMT_CAP_CASE = 1 << 11,
 };
 
 #define RMT_CAPS_POSIX                                                    \
 	(RMT_CAP_LINK | RMT_CAP_SYMLINK | RMT_CAP_SPECIAL | RMT_CAP_OWNER | \
-	 RMT_CAP_EXCHANGE)
+	 RMT_CAP_EXCHANGE | RMT_CAP_CASE)
 
 /* Which fields of a struct rmt_setattr are applied. */
 enum rmt_set {

@@ -1311,8 +1311,9 @@ static int srmt_statfs(struct rmt *r, struct statvfs *sv)
 			 NULL, NULL);
 }
 
-static int srmt_readdir(struct rmt *r, const char *path, rmt_dirent_fn fn,
-			void *arg)
+/* The names in @path, SET_ASIDE ones too with @aside. */
+static int list_dir(struct srmt *s, const char *path, bool aside,
+		    rmt_dirent_fn fn, void *arg)
 {
 	struct req q = { .op = OP_READDIR };
 	char name[NAME_MAX + 1];
@@ -1320,8 +1321,7 @@ static int srmt_readdir(struct rmt *r, const char *path, rmt_dirent_fn fn,
 	size_t len = 0, pos = 0;
 	int rc;
 
-	rc = (int)call(to_srmt(r), &q, path, NULL, NULL, 0, NULL, 0, &list,
-		       &len);
+	rc = (int)call(s, &q, path, NULL, NULL, 0, NULL, 0, &list, &len);
 	while (rc == 0 && pos + 3 <= len) {
 		const char *p = (const char *)list + pos;
 		struct stat st;
@@ -1343,12 +1343,18 @@ static int srmt_readdir(struct rmt *r, const char *path, rmt_dirent_fn fn,
 		memcpy(name, p, nl);
 		name[nl] = '\0';
 		pos += 3 + (have ? sizeof(st) : 0) + nl;
-		if (!strncmp(name, SET_ASIDE, strlen(SET_ASIDE)))
+		if (!aside && !strncmp(name, SET_ASIDE, strlen(SET_ASIDE)))
 			continue; /* an unlinked file still open */
 		rc = fn(name, have ? &st : NULL, arg);
 	}
 	free(list);
 	return rc;
+}
+
+static int srmt_readdir(struct rmt *r, const char *path, rmt_dirent_fn fn,
+			void *arg)
+{
+	return list_dir(to_srmt(r), path, false, fn, arg);
 }
 
 static int srmt_mkdir(struct rmt *r, const char *path, mode_t mode)
@@ -1357,9 +1363,80 @@ static int srmt_mkdir(struct rmt *r, const char *path, mode_t mode)
 	return call_path(to_srmt(r), OP_MKDIR, path, NULL, 0);
 }
 
+/* Tries of an unlink, rename or rmdir refused as busy (with nothing of
+ * ours in the way; for an rmdir, with files of ours being closed); the
+ * k-th waits k * BUSY_WAIT_US before (about 1 s in all). */
+#define BUSY_TRIES 8
+#define BUSY_WAIT_US 30000
+
+struct aside_scan {
+	struct srmt *s;
+	const char *dir;
+	bool busy; /* a SET_ASIDE name of a file open here */
+	int rc;    /* of removing one of no open file */
+};
+
+static int aside_one(const char *name, const struct stat *st, void *arg)
+{
+	struct aside_scan *a = arg;
+	size_t dl = strlen(a->dir);
+	char path[PATH_MAX];
+	struct sfile *f;
+	bool ours = false;
+	int rc;
+
+	(void)st;
+	if (strncmp(name, SET_ASIDE, strlen(SET_ASIDE)))
+		return -ENOTEMPTY; /* really not empty: stop */
+	if (snprintf(path, sizeof(path), "%s%s%s", a->dir, dl ? "/" : "",
+		     name) >= (int)sizeof(path))
+		return -ENAMETOOLONG;
+	pthread_mutex_lock(&opened.lock);
+	for (f = opened.head; f && !ours; f = f->next)
+		ours = f->aside && !strcmp(f->path, path);
+	pthread_mutex_unlock(&opened.lock);
+	if (ours) {
+		a->busy = true;
+		return 0;
+	}
+	/* left behind by a process that ended without its last close; one
+	 * that another process has open stays (its SMB handle refuses) */
+	rc = call_path(a->s, OP_UNLINK, path, NULL, 0);
+	if (rc < 0 && rc != -ENOENT)
+		a->rc = rc;
+	return 0;
+}
+
+/*
+ * A directory that holds only SET_ASIDE names (files unlinked while open,
+ * "Open files" at the top) is not empty for the server. Those of no open
+ * file, which a killed process left behind, are removed, and the rmdir is
+ * made again. Those of files still open here are waited for a little (a
+ * close(2) just made reaches us as an asynchronous RELEASE), then make
+ * the rmdir -EBUSY: it can succeed once they are closed (the flusher
+ * tries again, and closes its own files when it backs off).
+ */
 static int srmt_rmdir(struct rmt *r, const char *path)
 {
-	return call_path(to_srmt(r), OP_RMDIR, path, NULL, 0);
+	struct srmt *s = to_srmt(r);
+	int rc = call_path(s, OP_RMDIR, path, NULL, 0);
+
+	for (int tries = 1; rc == -ENOTEMPTY; tries++) {
+		struct aside_scan a = { .s = s, .dir = path };
+
+		rc = list_dir(s, path, true, aside_one, &a);
+		if (rc < 0) /* -ENOTEMPTY: a name that is not SET_ASIDE */
+			return rc == -ENAMETOOLONG ? -ENOTEMPTY : rc;
+		if (a.rc < 0)
+			return a.rc;
+		if (a.busy) {
+			if (tries > BUSY_TRIES)
+				return -EBUSY;
+			usleep((useconds_t)tries * BUSY_WAIT_US);
+		}
+		rc = call_path(s, OP_RMDIR, path, NULL, 0);
+	}
+	return rc;
 }
 
 static int cmp_ptr(const void *a, const void *b)
@@ -1559,10 +1636,6 @@ static bool in_way(const char *from, const char *to)
 	return found;
 }
 
-/* Tries of an unlink or rename refused as busy with nothing of ours in
- * the way; the k-th waits k * BUSY_WAIT_US before (about 1 s in all). */
-#define BUSY_TRIES 8
-#define BUSY_WAIT_US 30000
 
 static int srmt_unlink(struct rmt *r, const char *path)
 {

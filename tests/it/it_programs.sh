@@ -425,6 +425,40 @@ check "sqlite3 WAL: integrity ok, 10600 rows" sql_check "$MNT/db/wal.db" 10600
 check "sqlite3 WAL: REMOTE copy read-only: ok, 10600 rows" \
 	sql_check_ro "$REMOTE/db/wal.db" 10600
 
+# ---- a file removed or replaced while open ---------------------------------
+
+# A viewer has a file open (not read yet) that is on the share already
+# (IT_REMOTE_SYNC: flushed) when it is removed, and another when a rename
+# replaces it; after the share has caught up (flushed again), both still
+# read whole, as POSIX keeps an unlinked open file.
+open_removed() {
+	mkdir "$MNT/ul"
+	head -c 3000000 /dev/urandom >"$W/ul.src"
+	cp "$W/ul.src" "$MNT/ul/gone"
+	cp "$W/ul.src" "$MNT/ul/over"
+	echo new >"$MNT/ul/new"
+	if [ -n "${IT_REMOTE_SYNC:-}" ]; then eval "$IT_REMOTE_SYNC"; fi
+	python3 - "$MNT/ul" "$W/ul.src" "${IT_REMOTE_SYNC:-true}" <<'EOF'
+import os, subprocess, sys
+d, src, sync = sys.argv[1:4]
+want = open(src, "rb").read()
+a = os.open(d + "/gone", os.O_RDONLY)
+b = os.open(d + "/over", os.O_RDONLY)
+os.unlink(d + "/gone")
+os.rename(d + "/new", d + "/over")
+subprocess.run(sync, shell=True, check=True)
+for name, fd in (("removed", a), ("replaced", b)):
+    got = os.pread(fd, len(want) + 1, 0)
+    if got != want:
+        sys.exit(f"{name}: read {len(got)} bytes, not the file's {len(want)}")
+    os.close(fd)
+EOF
+	[ "$(cat "$MNT/ul/over")" = new ]
+	rm -r "$MNT/ul"
+}
+check "a file open when removed or replaced: reads whole after the flush" \
+	open_removed
+
 # ---- removal ----------------------------------------------------------------
 
 rm_all() {

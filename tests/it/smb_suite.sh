@@ -136,7 +136,7 @@ cleanup() {
 			"$SHARE_DIR"/smb-refuse-$$ "$SHARE_DIR"/smb-reconnect-$$ \
 			"$SHARE_DIR"/smb-daemon-$$ "$SHARE_DIR"/smb-wb-syscalls-$$ \
 			"$SHARE_DIR"/smb-wb-programs-$$ "$SHARE_DIR"/smb-cannot-wt-$$ \
-			"$SHARE_DIR"/smb-cannot-wb-$$
+			"$SHARE_DIR"/smb-cannot-wb-$$ "$SHARE_DIR"/smb-aside-$$
 	fi
 	if [ "$nas_down" = 1 ]; then
 		"$NAS" down >/dev/null 2>&1 || log "warning: 'nas.sh down' failed"
@@ -202,7 +202,7 @@ log "using nas.sh's smbd: $SMB_URL (shared from $SHARE_DIR)"
 # The share's directories belong to the login (files written over SMB are
 # ferry's): made here, then handed to ferry so smbd can write in them.
 names="syscalls programs refuse reconnect daemon wb-syscalls wb-programs"
-names+=" cannot-wt cannot-wb"
+names+=" cannot-wt cannot-wb aside"
 for name in $names; do
 	mkdir -m 0777 "$SHARE_DIR/smb-$name-$$" || exit
 	chown ferry: "$SHARE_DIR/smb-$name-$$" 2>/dev/null
@@ -257,6 +257,20 @@ refuse "missing credentials file" "cannot open credentials file" \
 
 # --- 3. a daemon, a dropped connection ------------------------------------------
 
+# step WHAT CMD [ARGS...]: CMD's output to a log; "ok - WHAT" in the
+# summary, or "not ok - WHAT FAILED" and the log
+step() {
+	local what=$1 log=$W/step.log
+	shift
+	if "$@" >"$log" 2>&1; then
+		summary+=("ok - $what")
+	else
+		failed=1
+		summary+=("not ok - $what FAILED")
+		sed 's/^/    /' "$log"
+	fi
+}
+
 # ferryfs as a daemon: its workers are forked again after fuse_daemonize's
 # fork (connections=3: at least 3 of them, its children; the flusher's
 # streams have theirs), and all of them are gone after the unmount
@@ -285,13 +299,7 @@ daemon_check() {
 	return 1
 }
 
-if daemon_check >"$W/daemon.out" 2>&1; then
-	summary+=("ok - a daemon: workers of its own, all gone after the unmount")
-else
-	failed=1
-	summary+=("not ok - a daemon FAILED")
-	sed 's/^/    /' "$W/daemon.out"
-fi
+step "a daemon: workers of its own, all gone after the unmount" daemon_check
 
 # --- what the share cannot hold ----------------------------------------------
 
@@ -322,7 +330,15 @@ in d: create a|b: EINVAL
 in d: mkdir a*d: EINVAL
 in d: create \xff: EILSEQ
 in d: link: EPERM
-in d: symlink: EPERM'
+in d: symlink: EPERM
+in d: write Case: ok'
+# names in other case (Samba: "case sensitive = auto"): write-through
+# writes into the file there is; write-back refuses a second name for it
+# (its flush would make one file of the two: the later would overwrite it)
+CANNOT_WANT_wt='in d: write case: ok
+in d: rename d/g2 to d/CASE: ok'
+CANNOT_WANT_wb='in d: write case: EEXIST
+in d: rename d/g2 to d/CASE: EEXIST'
 
 # cannot_calls DIR: one line per call, "what: ok" or "what: ERRNO"
 cannot_calls() {
@@ -368,18 +384,27 @@ call("in d: mkdir a*d", lambda: os.mkdir(p("d/a*d")))
 call("in d: create \\xff", lambda: create(b"d/\xff"))
 call("in d: link", lambda: os.link(p("f"), p("d/l")))
 call("in d: symlink", lambda: os.symlink("f", p("d/s")))
+def write(n, data):
+    fd = os.open(p(n), os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    os.write(fd, data)
+    os.close(fd)
+call("in d: write Case", lambda: write("d/Case", b"one"))
+call("in d: write case", lambda: write("d/case", b"two"))
+write("d/g2", b"three")
+call("in d: rename d/g2 to d/CASE", lambda: os.rename(p("d/g2"), p("d/CASE")))
 EOF
 }
 
 # cannot_check MODE OPTS: the calls on a mount of smb-cannot-MODE-$$
 cannot_check() {
-	local mode=$1 opts=$2 mnt=$W/mnt-cannot-$1 rc=0 left
+	local mode=$1 opts=$2 mnt=$W/mnt-cannot-$1 rc=0 left want
 	mkdir -p "$mnt"
 	"$W/ferryfs" mount "$SMB_URL/smb-cannot-$mode-$$" "$mnt" \
 		-o credentials="$CRED",journal="$W/journal-cannot-$mode",cache=off,"$opts" \
 		</dev/null || return 1
 	cannot_calls "$mnt" >"$W/cannot-$mode.out" 2>&1
-	if ! diff -u <(printf '%s\n' "$CANNOT_WANT") "$W/cannot-$mode.out"; then
+	want=CANNOT_WANT_$mode
+	if ! diff -u <(printf '%s\n%s\n' "$CANNOT_WANT" "${!want}") "$W/cannot-$mode.out"; then
 		echo "$mode: answers differ from CANNOT_WANT (above)"
 		rc=1
 	fi
@@ -393,20 +418,61 @@ cannot_check() {
 		echo "$mode: the share holds '$left', not 'd f g '"
 		rc=1
 	fi
+	# write-through: "case" and "CASE" were Case (two, then g2 renamed
+	# over it); write-back: neither was taken, Case and g2 are as written
+	left=$(cd "$SHARE_DIR/smb-cannot-$mode-$$/d" &&
+		for n in $(ls -A); do printf '%s=%s ' "$n" "$(cat "$n")"; done)
+	[ $mode = wt ] && want="Case=three " || want="Case=one g2=three "
+	if [ "$left" != "$want" ]; then
+		echo "$mode: the share's d holds '$left', not '$want'"
+		rc=1
+	fi
 	fusermount3 -u "$mnt" || rc=1
 	return $rc
 }
 
 for mode in wt wb; do
 	[ $mode = wt ] && opts=writeback=off || opts=writeback=on
-	if cannot_check $mode $opts >"$W/cannot-$mode.log" 2>&1; then
-		summary+=("ok - $mode: what SMB cannot hold is refused at once, as the share refuses it")
-	else
-		failed=1
-		summary+=("not ok - $mode: what SMB cannot hold FAILED")
-		sed 's/^/    /' "$W/cannot-$mode.log"
-	fi
+	step "$mode: what SMB cannot hold is refused at once, as the share refuses it" \
+		cannot_check $mode $opts
 done
+
+# --- an rmdir over a file unlinked while open ---------------------------------
+
+# Write-back: d/f on the share is open here (read) when d/f and d are
+# removed. The flusher's unlink moves it aside (SET_ASIDE name, smb.c); its
+# rmdir of d waits for the close instead of being given up for a
+# "Directory not empty", and nothing is left on the share.
+aside_check() {
+	local mnt=$W/mnt-aside share=$SHARE_DIR/smb-aside-$$ out
+	mkdir -p "$mnt"
+	"$W/ferryfs" mount "$SMB_URL/smb-aside-$$" "$mnt" \
+		-o credentials="$CRED",journal="$W/journal-aside",cache=off \
+		</dev/null || return 1
+	mkdir "$mnt/d" && echo kept >"$mnt/d/f" &&
+		timeout 60 "$FERRYFS" flush "$mnt" --wait >/dev/null || return 1
+	out=$(python3 - "$mnt" "$FERRYFS" <<'EOF'
+import os, subprocess, sys, time
+mnt = sys.argv[1]
+fd = os.open(mnt + "/d/f", os.O_RDONLY)
+os.unlink(mnt + "/d/f")
+os.rmdir(mnt + "/d")
+# the flusher gets to both while f is still open
+time.sleep(2)
+print(os.read(fd, 100).decode().strip(), end=" ")
+os.close(fd)
+r = subprocess.run([sys.argv[2], "flush", mnt, "--wait"], timeout=60,
+                   stdout=subprocess.DEVNULL)
+print("flush", r.returncode)
+EOF
+)
+	[ "$out" = "kept flush 0" ] || { echo "read and flush gave '$out'"; return 1; }
+	[ -z "$(ls -A "$share")" ] || { echo "the share holds: $(ls -AR "$share")"; return 1; }
+	fusermount3 -u "$mnt"
+}
+
+step "wb: an rmdir over a file unlinked while open waits for its close" \
+	aside_check
 
 # --- a dropped connection ------------------------------------------------------
 
@@ -457,13 +523,9 @@ reconnect_check() {
 }
 
 if [ "$nas_down" = 1 ] || [ "${SMB_SUITE_KILL_SMBD:-0}" = 1 ]; then
-	if reconnect_check >"$W/reconnect.out" 2>&1; then
-		summary+=("ok - a dropped connection: an open file and a new one go on working")
-	else
-		failed=1
-		summary+=("not ok - a dropped connection FAILED")
-		sed 's/^/    /' "$W/reconnect.out" "$W/rc.log"
-	fi
+	step "a dropped connection: an open file and a new one go on working" \
+		reconnect_check
+	[ "${summary[-1]#not ok}" = "${summary[-1]}" ] || sed 's/^/    /' "$W/rc.log"
 else
 	summary+=("ok - a dropped connection # SKIP nas.sh was up already: its smbd processes are not ours to kill")
 fi
