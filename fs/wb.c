@@ -55,7 +55,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -753,37 +752,19 @@ static int check_name(struct fs *fs, struct fs_inode *parent,
 	return rmt_name_check(fs->rmt, name);
 }
 
-struct case_look {
-	const char *name;
-	jnl_id except;
-};
-
-static int case_cb(const char *name, jnl_id id, void *arg)
-{
-	const struct case_look *l = arg;
-
-	return id && id != l->except && !strcasecmp(name, l->name) &&
-			       strcmp(name, l->name)
-		       ? -EEXIST
-		       : 0;
-}
-
 /*
  * On a share that does not tell names apart by case (no RMT_CAP_CASE:
  * SMB), -EEXIST if directory @pid holds in the journal another node
  * (not @except) under @name in other letter case (ASCII): both would be
  * one file on the share, the later overwriting the earlier at the flush.
  * A name the share has already is found by its own lookup (find_in()).
- * Costs a walk of the directory's journal entries.
  */
 static int case_taken(struct fs *fs, jnl_id pid, const char *name,
 		      jnl_id except)
 {
-	struct case_look l = { name, except };
-
 	if (rmt_caps(fs->rmt) & RMT_CAP_CASE)
 		return 0;
-	return jnl_readdir(fs->jnl, pid, case_cb, &l);
+	return jnl_name_case_taken(fs->jnl, pid, name, except);
 }
 
 /*

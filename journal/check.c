@@ -174,6 +174,40 @@ static void visit_dirtyq(struct check *ck, MDB_val *k, MDB_val *v)
 		    c.dseq);
 }
 
+static uint64_t live_dentries;
+
+/* folds: each name is a live dentry of the key's parent and folds to the
+ * key; counted against live_dentries (one each) */
+static void visit_fold(struct check *ck, MDB_val *k, MDB_val *v)
+{
+	unsigned char dk[8 + NAME_MAX];
+	struct jnl_dval d;
+	MDB_val dv;
+
+	count_q++;
+	if (k->mv_size < 9 || k->mv_size != 8 + v->mv_size)
+		BUG("folds: entry of bad size");
+	memcpy(dk, k->mv_data, 8);
+	memcpy(dk + 8, v->mv_data, v->mv_size);
+	for (size_t i = 8; i < k->mv_size; i++) {
+		unsigned char c = dk[i];
+
+		if ((c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c) !=
+		    ((unsigned char *)k->mv_data)[i])
+			BUG("folds: '%.*s' does not fold to '%.*s'",
+			    (int)v->mv_size, (char *)v->mv_data,
+			    (int)k->mv_size - 8, (char *)k->mv_data + 8);
+	}
+	if (!key_in(ck, ck->j->db_dentries, dk, k->mv_size, &dv) ||
+	    dv.mv_size != sizeof(d))
+		BUG("folds: '%.*s' is no dentry", (int)v->mv_size,
+		    (char *)v->mv_data);
+	memcpy(&d, dv.mv_data, sizeof(d));
+	if (!d.id)
+		BUG("folds: '%.*s' is a whiteout", (int)v->mv_size,
+		    (char *)v->mv_data);
+}
+
 static void visit_dentry(struct check *ck, MDB_val *k, MDB_val *v)
 {
 	struct jnl_dval d;
@@ -196,6 +230,7 @@ static void visit_dentry(struct check *ck, MDB_val *k, MDB_val *v)
 			    d.wseq);
 		return;
 	}
+	live_dentries++;
 	n = node_find(ck, d.id);
 	if (!n)
 		BUG("inv 7: dentry '%.*s' names no node (%" PRIu64 ")",
@@ -278,7 +313,13 @@ void jnl_assert_sane(struct jnl *j)
 	if (count_q != dirty_q)
 		BUG("inv 3: %" PRIu64 " dirtyq entries, %" PRIu64
 		    " claimable DIRTY chunks", count_q, dirty_q);
+	live_dentries = 0;
 	scan(&ck, j->db_dentries, "dentries", visit_dentry);
+	count_q = 0;
+	scan(&ck, j->db_folds, "folds", visit_fold);
+	if (count_q != live_dentries)
+		BUG("folds: %" PRIu64 " names, %" PRIu64 " live dentries",
+		    count_q, live_dentries);
 	scan(&ck, j->db_ops, "ops", visit_op);
 
 	if (sums[JNL_CHUNK_DIRTY] != ck.m.dirty_bytes ||

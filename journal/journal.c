@@ -1156,6 +1156,21 @@ static int open_env(struct jnl *j, bool creating, unsigned int flags,
 			goto out_abort;
 		}
 	}
+	/* folds came later than the others: made (and filled) if missing */
+	rc = mdb_dbi_open(w.txn, "folds", MDB_DUPSORT, &j->db_folds);
+	if (rc == MDB_NOTFOUND) {
+		rc = mdb_dbi_open(w.txn, "folds", MDB_DUPSORT | MDB_CREATE,
+				  &j->db_folds);
+		if (!rc)
+			rc = init ? 0 : jnl_folds_build(j, w.txn);
+	}
+	if (rc > 0)
+		rc = open_err(j, rc, "folds");
+	else if (rc < 0)
+		set_errmsg("cannot index journal '%s': %s", j->dir,
+			   strerror(-rc));
+	if (rc)
+		goto out_abort;
 	if (init) {
 		rc = init_meta(j, &w, cfg, chunk_size);
 	} else {

@@ -342,6 +342,13 @@ int jnl_setattr(struct jnl *j, jnl_id id, unsigned int set,
  * symlink: ask the remote), -ERANGE (@size too small), -ENOENT. */
 int jnl_readlink(struct jnl *j, jnl_id id, char *buf, size_t size);
 
+/* -EEXIST if @dir holds (not a whiteout) another name than @name that
+ * differs from it only in ASCII letter case, of a node other than
+ * @except: for a share that does not tell them apart (an index, no walk
+ * of the directory). 0 if not; -EINVAL, -ENAMETOOLONG for a bad name. */
+int jnl_name_case_taken(struct jnl *j, jnl_id dir, const char *name,
+			jnl_id except);
+
 /* Enumerate the merged-view entries the journal has for @dir (whiteouts
  * included, with id 0), in byte order of the names: fn returns 0 to go on
  * or -errno to stop (returned). Read in batches of entries; fn runs with

@@ -129,6 +129,9 @@ struct jnl_chunk_rec {
  * inflight: chunk key -> "" : the INFLIGHT chunks (recovery reads only this)
  * imports: (base_dev be64, base_ino be64) -> id (be64)
  * dentries: (parent be64, name bytes) -> struct jnl_dval
+ * folds (MDB_DUPSORT): (parent be64, the name with ASCII A-Z as a-z) ->
+ *        the names of the dentries (not whiteouts) that fold to it:
+ *        jnl_name_case_taken(); kept by jnl_dentry_put()/_del()
  * ops: seq (be64) -> struct jnl_op_rec, then name, then newname */
 
 #define JNL_OP_REC_VERSION 1
@@ -283,7 +286,7 @@ struct jnl {
 	int datafd; /* dir/data */
 	MDB_env *env;
 	MDB_dbi db_meta, db_nodes, db_dentries, db_chunks, db_dirtyq,
-		db_inflight, db_ops, db_imports;
+		db_inflight, db_ops, db_imports, db_folds;
 	uint32_t chunk_size;
 	unsigned int chunk_shift;
 	size_t map_pages, reserve_pages; /* LMDB map, kept for shrinking */
@@ -462,6 +465,8 @@ static inline bool jnl_node_claimable(const struct jnl_node_rec *r)
 void jnl_now(struct timespec *ts);
 int jnl_name_check(const char *name);
 struct jnl_dkey jnl_dkey(jnl_id parent, const char *name);
+/* Fill folds from dentries (a journal made before it): jnl_open(). */
+int jnl_folds_build(struct jnl *j, MDB_txn *txn);
 /* The dentry (a whiteout has d->id 0), or -ENOENT. */
 int jnl_dentry_get(struct jnl *j, MDB_txn *txn, jnl_id parent,
 		   const char *name, struct jnl_dval *d);

@@ -131,14 +131,39 @@ int jnl_dentry_get(struct jnl *j, MDB_txn *txn, jnl_id parent,
 	return 0;
 }
 
+static struct jnl_dkey fold_key(jnl_id parent, const char *name)
+{
+	struct jnl_dkey k = jnl_dkey(parent, name);
+
+	for (size_t i = 8; i < k.len; i++)
+		if (k.b[i] >= 'A' && k.b[i] <= 'Z')
+			k.b[i] = (unsigned char)(k.b[i] - 'A' + 'a');
+	return k;
+}
+
+/* folds: @name of @parent is (@add) or is not a dentry (a whiteout is not) */
+static int fold_set(struct jnl *j, MDB_txn *txn, jnl_id parent,
+		    const char *name, bool add)
+{
+	struct jnl_dkey fk = fold_key(parent, name);
+	MDB_val k = { fk.len, fk.b }, v = { strlen(name), (void *)name };
+	int rc = add ? mdb_put(txn, j->db_folds, &k, &v, MDB_NODUPDATA)
+		     : mdb_del(txn, j->db_folds, &k, &v);
+
+	if (rc == (add ? MDB_KEYEXIST : MDB_NOTFOUND))
+		rc = 0;
+	return jnl_mdb(j, rc);
+}
+
 int jnl_dentry_put(struct jnl *j, MDB_txn *txn, jnl_id parent,
 		   const char *name, jnl_id id, uint64_t wseq)
 {
 	struct jnl_dkey dk = jnl_dkey(parent, name);
 	struct jnl_dval d = { id, wseq };
 	MDB_val k = { dk.len, dk.b }, v = { sizeof(d), &d };
+	int rc = jnl_mdb(j, mdb_put(txn, j->db_dentries, &k, &v, 0));
 
-	return jnl_mdb(j, mdb_put(txn, j->db_dentries, &k, &v, 0));
+	return rc ? rc : fold_set(j, txn, parent, name, id != 0);
 }
 
 int jnl_dentry_del(struct jnl *j, MDB_txn *txn, jnl_id parent,
@@ -146,8 +171,85 @@ int jnl_dentry_del(struct jnl *j, MDB_txn *txn, jnl_id parent,
 {
 	struct jnl_dkey dk = jnl_dkey(parent, name);
 	MDB_val k = { dk.len, dk.b };
+	int rc = jnl_mdb(j, mdb_del(txn, j->db_dentries, &k, NULL));
 
-	return jnl_mdb(j, mdb_del(txn, j->db_dentries, &k, NULL));
+	return rc ? rc : fold_set(j, txn, parent, name, false);
+}
+
+int jnl_folds_build(struct jnl *j, MDB_txn *txn)
+{
+	char name[NAME_MAX + 1];
+	MDB_val k, v;
+	MDB_cursor *c;
+	int rc = mdb_cursor_open(txn, j->db_dentries, &c);
+
+	if (rc)
+		return jnl_mdb(j, rc);
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); !rc;
+	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		struct jnl_dval d;
+
+		if (k.mv_size < 9 || k.mv_size > 8 + NAME_MAX ||
+		    v.mv_size != sizeof(d)) {
+			rc = MDB_CORRUPTED;
+			break;
+		}
+		memcpy(&d, v.mv_data, sizeof(d));
+		if (!d.id)
+			continue;
+		memcpy(name, (char *)k.mv_data + 8, k.mv_size - 8);
+		name[k.mv_size - 8] = '\0';
+		rc = fold_set(j, txn, jnl_be64_get(k.mv_data), name, true);
+		if (rc)
+			break;
+	}
+	mdb_cursor_close(c);
+	return rc == MDB_NOTFOUND ? 0 : rc > 0 ? jnl_mdb(j, rc) : rc;
+}
+
+int jnl_name_case_taken(struct jnl *j, jnl_id dir, const char *name,
+			jnl_id except)
+{
+	struct jnl_dkey fk = fold_key(dir, name);
+	char other[NAME_MAX + 1];
+	MDB_val k = { fk.len, fk.b }, v;
+	MDB_cursor *c = NULL;
+	MDB_txn *txn;
+	int rc = jnl_name_check(name), g;
+
+	if (rc)
+		return rc;
+	rc = jnl_rtx_begin(j, &txn);
+	if (rc)
+		return rc;
+	g = mdb_cursor_open(txn, j->db_folds, &c);
+	if (!g)
+		g = mdb_cursor_get(c, &k, &v, MDB_SET_KEY);
+	for (; !rc && !g; g = mdb_cursor_get(c, &k, &v, MDB_NEXT_DUP)) {
+		struct jnl_dval d;
+
+		if (v.mv_size > NAME_MAX) {
+			rc = jnl_fail(j, -EIO);
+			break;
+		}
+		memcpy(other, v.mv_data, v.mv_size);
+		other[v.mv_size] = '\0';
+		if (!strcmp(other, name))
+			continue;
+		rc = jnl_dentry_get(j, txn, dir, other, &d);
+		if (rc == -ENOENT) {
+			rc = 0;
+			continue;
+		}
+		if (!rc && d.id && d.id != except)
+			rc = -EEXIST;
+	}
+	if (!rc && g != MDB_NOTFOUND)
+		rc = jnl_mdb(j, g);
+	if (c)
+		mdb_cursor_close(c);
+	jnl_rtx_end(j);
+	return rc;
 }
 
 static void ts_get(struct timespec *ts, int64_t sec, uint32_t nsec)

@@ -131,6 +131,13 @@ cleanup() {
 		fi
 		kill "$rc_daemon" 2>/dev/null
 	fi
+	# a check that failed half-way may have left its mount
+	if [ -n "$W" ]; then
+		awk -v w="$W/" 'index($5, w) == 1 { print $5 }' /proc/self/mountinfo |
+			while read -r m; do
+				fusermount3 -u "$m" 2>/dev/null || fusermount3 -uz "$m"
+			done
+	fi
 	if [ "$keep" = 0 ] && [ -n "$SHARE_DIR" ]; then
 		rm -rf "$SHARE_DIR"/smb-syscalls-$$ "$SHARE_DIR"/smb-programs-$$ \
 			"$SHARE_DIR"/smb-refuse-$$ "$SHARE_DIR"/smb-reconnect-$$ \

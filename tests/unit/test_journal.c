@@ -817,6 +817,72 @@ static void test_journal__rmdir_and_unlink_rules(void **state)
 		      ENOENT); /* e is gone */
 }
 
+/* jnl_name_case_taken(): another live name that differs only in ASCII
+ * case, kept through renames, unlinks, whiteouts, a reopen, and rebuilt
+ * for a journal made before the index (its folds dropped) */
+static void test_journal__case_taken(void **state)
+{
+	struct fx *fx = *state;
+	char path[PATH_MAX];
+	jnl_id c, d, sub;
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi dbi;
+
+	c = mk_file(fx->j, JNL_ROOT, "Case");
+	sub = mk_dir(fx->j, JNL_ROOT, "sub");
+	assert_rc_err(jnl_name_case_taken(fx->j, JNL_ROOT, "case", 0), EEXIST);
+	assert_rc_err(jnl_name_case_taken(fx->j, JNL_ROOT, "CASE", 0), EEXIST);
+	assert_rc_ok(jnl_name_case_taken(fx->j, JNL_ROOT, "Case", 0));
+	assert_rc_ok(jnl_name_case_taken(fx->j, JNL_ROOT, "case", c));
+	assert_rc_ok(jnl_name_case_taken(fx->j, JNL_ROOT, "cases", 0));
+	assert_rc_ok(jnl_name_case_taken(fx->j, sub, "case", 0));
+	/* not-ASCII bytes are compared as they are */
+	d = mk_file(fx->j, JNL_ROOT, "\xc3\x89t\xc3\xa9");
+	assert_rc_ok(jnl_name_case_taken(fx->j, JNL_ROOT, "\xc3\xa9t\xc3\xa9", 0));
+	assert_rc_err(jnl_name_case_taken(fx->j, JNL_ROOT, "\xc3\x89T\xc3\xa9", 0),
+		      EEXIST);
+	(void)d;
+
+	/* a rename moves it */
+	assert_rc_ok(jnl_rename(fx->j, JNL_ROOT, "Case", sub, "Moved", 0));
+	jnl_assert_sane(fx->j);
+	assert_rc_ok(jnl_name_case_taken(fx->j, JNL_ROOT, "case", 0));
+	assert_rc_err(jnl_name_case_taken(fx->j, sub, "moved", 0), EEXIST);
+	/* an unlink takes it away */
+	assert_rc_ok(jnl_unlink(fx->j, sub, "Moved"));
+	jnl_assert_sane(fx->j);
+	assert_rc_ok(jnl_name_case_taken(fx->j, sub, "moved", 0));
+	/* an imported name that is unlinked leaves a whiteout: not a name */
+	import(fx->j, sub, "Share", S_IFREG | 0644, 20, 0);
+	assert_rc_err(jnl_name_case_taken(fx->j, sub, "share", 0), EEXIST);
+	assert_rc_ok(jnl_unlink(fx->j, sub, "Share"));
+	jnl_assert_sane(fx->j);
+	assert_rc_ok(jnl_name_case_taken(fx->j, sub, "share", 0));
+
+	mk_file(fx->j, sub, "Kept");
+	reopen(fx);
+	assert_rc_err(jnl_name_case_taken(fx->j, sub, "kept", 0), EEXIST);
+
+	/* a journal from before the index: built at open */
+	jnl_close(fx->j);
+	fx->j = NULL;
+	snprintf(path, sizeof(path), "%s/meta.mdb", fx->dir);
+	assert_int_equal(mdb_env_create(&env), 0);
+	assert_int_equal(mdb_env_set_maxdbs(env, 16), 0);
+	assert_int_equal(mdb_env_open(env, path, MDB_NOLOCK, 0600), 0);
+	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	assert_int_equal(mdb_dbi_open(txn, "folds", MDB_DUPSORT, &dbi), 0);
+	assert_int_equal(mdb_drop(txn, dbi, 1), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	mdb_env_close(env);
+	assert_rc_ok(jnl_open(fx->dir, &fx->cfg, 0, &fx->j));
+	jnl_assert_sane(fx->j);
+	assert_rc_err(jnl_name_case_taken(fx->j, sub, "KEPT", 0), EEXIST);
+	assert_rc_err(jnl_name_case_taken(fx->j, JNL_ROOT, "\xc3\x89T\xc3\xa9", 0),
+		      EEXIST);
+}
+
 static void test_journal__rename_rules(void **state)
 {
 	struct fx *fx = *state;
@@ -2462,6 +2528,7 @@ int main(void)
 		T(test_journal__conflict_conversion),
 		T(test_journal__conflict_refusals),
 		T(test_journal__rmdir_and_unlink_rules),
+		T(test_journal__case_taken),
 		T(test_journal__rename_rules),
 		T(test_journal__unlink_cancels_pending_create),
 		T(test_journal__write_read_local),
