@@ -38,6 +38,10 @@
 # Environment: FERRYFS=<binary> (default: build/fs/ferryfs, built if missing)
 #   BUILD_DIR=build  BENCH_PARENT=/var/tmp  SSH_PORT=2222  STREAMS=4
 #   NO_READ=1 skips the cold-read rows of ferryfs (slow through a delay)
+#   PREFAULT_MB=8192: after every drop of the page cache, that much memory
+#   is written once (in /dev/shm, then freed): on this VM the first touch
+#   of memory its host took back costs ~3x, which would fall on whichever
+#   row runs first (a `cp` to local disk took 0.25 s or 2 s); 0 turns it off
 set -euo pipefail
 shopt -s inherit_errexit
 
@@ -129,6 +133,7 @@ declare -A WL_LABEL=(
 declare -A WL_BYTES=() WL_FILES=()
 STREAMS=${STREAMS:-4}
 NO_READ=${NO_READ:-}
+PREFAULT_MB=${PREFAULT_MB:-8192}
 SSH_PORT=${SSH_PORT:-2222}
 RC_PORT=5572
 
@@ -326,7 +331,14 @@ na() { NA_CELLS["$1|$2"]=$3; }
 
 now() { date +%s%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (b - a) / 1e9 }'; }
-drop_caches() { sync && echo 3 >/proc/sys/vm/drop_caches; }
+drop_caches() {
+	sync && echo 3 >/proc/sys/vm/drop_caches
+	if ((PREFAULT_MB)); then
+		dd if=/dev/zero of=/dev/shm/ferryfs-bench-prefault bs=1M \
+			count="$PREFAULT_MB" status=none
+		rm -f /dev/shm/ferryfs-bench-prefault
+	fi
+}
 lastlog() { tail -n 2 "$1" 2>/dev/null | tr '\n' ' ' | cut -c1-160; }
 
 # timed LOG CMD...: T = wall seconds of CMD; fails if CMD fails
@@ -847,7 +859,7 @@ report() {
 		line+=" (${WL_BYTES[$w]} B),"
 	done
 	echo "${line%,}; sources on tmpfs, random bytes"
-	echo "- method: $RUNS run(s), median; sync + drop_caches before every measurement; every write checked by SHA-256 on the NAS side, every read locally; whole run ${T_TOTAL} s; load average at start $LOAD_START, at end $LOAD_END (other work on the machine shows up in the figures)"
+	echo "- method: $RUNS run(s), median; sync + drop_caches before every measurement, then $PREFAULT_MB MiB prefaulted; every write checked by SHA-256 on the NAS side, every read locally; whole run ${T_TOTAL} s; load average at start $LOAD_START, at end $LOAD_END (other work on the machine shows up in the figures)"
 	echo "- cell: median time · MB/s (10^6 B/s) · ratio = (bytes / iperf3 -P4 rate of that direction) / time (1.00 = the link's speed)"
 	echo
 	line="| row |"
