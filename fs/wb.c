@@ -789,9 +789,9 @@ static int prepare_new(struct fs *fs, struct fs_inode *parent,
 	return rc;
 }
 
-/* 0 if the share can hold a node of type @mode (S_IFLNK for a hard link's
- * 0), else what its driver answers (remote.h, RMT_CAP_LINK...): refused
- * here, not found out by the flusher later */
+/* 0 if the share can hold a node of type @mode (0: a hard link), else
+ * what its driver answers (remote.h, RMT_CAP_LINK...): refused here, not
+ * found out by the flusher later */
 static int share_holds(struct fs *fs, mode_t mode)
 {
 	unsigned int caps = rmt_caps(fs->rmt), need = 0;

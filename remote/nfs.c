@@ -1895,11 +1895,10 @@ static int nrmt_rmdir(struct rmt *r, const char *path)
 			return -ENOTEMPTY;
 		if (h.rc < 0)
 			return h.rc;
-		if (h.busy) {
-			if (tries > BUSY_TRIES)
-				return -EBUSY;
+		if (tries > BUSY_TRIES) /* bounded: the server may see more */
+			return h.busy ? -EBUSY : -ENOTEMPTY;
+		if (h.busy)
 			usleep((useconds_t)tries * BUSY_WAIT_US);
-		}
 		rc = rmdir_once(n, path);
 	}
 	return rc;

@@ -1429,11 +1429,10 @@ static int srmt_rmdir(struct rmt *r, const char *path)
 			return rc == -ENAMETOOLONG ? -ENOTEMPTY : rc;
 		if (a.rc < 0)
 			return a.rc;
-		if (a.busy) {
-			if (tries > BUSY_TRIES)
-				return -EBUSY;
+		if (tries > BUSY_TRIES) /* bounded: the server may see more */
+			return a.busy ? -EBUSY : -ENOTEMPTY;
+		if (a.busy)
 			usleep((useconds_t)tries * BUSY_WAIT_US);
-		}
 		rc = call_path(s, OP_RMDIR, path, NULL, 0);
 	}
 	return rc;
