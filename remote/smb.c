@@ -1372,6 +1372,7 @@ static int srmt_mkdir(struct rmt *r, const char *path, mode_t mode)
 struct aside_scan {
 	struct srmt *s;
 	const char *dir;
+	bool last; /* the last try: a name of this process is stale now */
 	bool busy; /* a SET_ASIDE name of a file open here */
 	int rc;    /* of removing one of no open file */
 };
@@ -1380,7 +1381,7 @@ static int aside_one(const char *name, const struct stat *st, void *arg)
 {
 	struct aside_scan *a = arg;
 	size_t dl = strlen(a->dir);
-	char path[PATH_MAX];
+	char path[PATH_MAX], mine[sizeof(SET_ASIDE) + 16];
 	struct sfile *f;
 	bool ours = false;
 	int rc;
@@ -1395,7 +1396,11 @@ static int aside_one(const char *name, const struct stat *st, void *arg)
 	for (f = opened.head; f && !ours; f = f->next)
 		ours = f->aside && !strcmp(f->path, path);
 	pthread_mutex_unlock(&opened.lock);
-	if (ours) {
+	/* one of this process's not in `opened` may be a set_aside() under
+	 * way (renamed on the share, not marked yet) or a last close under
+	 * way: stale only on the last try */
+	snprintf(mine, sizeof(mine), "%s%d-", SET_ASIDE, (int)getpid());
+	if (ours || (!a->last && !strncmp(name, mine, strlen(mine)))) {
 		a->busy = true;
 		return 0;
 	}
@@ -1422,15 +1427,18 @@ static int srmt_rmdir(struct rmt *r, const char *path)
 	int rc = call_path(s, OP_RMDIR, path, NULL, 0);
 
 	for (int tries = 1; rc == -ENOTEMPTY; tries++) {
-		struct aside_scan a = { .s = s, .dir = path };
+		struct aside_scan a = { .s = s, .dir = path,
+					.last = tries > BUSY_TRIES };
 
+		if (tries > BUSY_TRIES + 1) /* the server may see more */
+			return -ENOTEMPTY;
 		rc = list_dir(s, path, true, aside_one, &a);
 		if (rc < 0) /* -ENOTEMPTY: a name that is not SET_ASIDE */
 			return rc == -ENAMETOOLONG ? -ENOTEMPTY : rc;
 		if (a.rc < 0)
 			return a.rc;
-		if (tries > BUSY_TRIES) /* bounded: the server may see more */
-			return a.busy ? -EBUSY : -ENOTEMPTY;
+		if (a.busy && a.last)
+			return -EBUSY;
 		if (a.busy)
 			usleep((useconds_t)tries * BUSY_WAIT_US);
 		rc = call_path(s, OP_RMDIR, path, NULL, 0);
