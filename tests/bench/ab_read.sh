@@ -59,7 +59,7 @@ umount_it() {
 # shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
 	umount_it || true
-	rm -f /dev/shm/ferryfs-abread-prefault
+	rm -f /dev/shm/ferryfs-bench-prefault
 	rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -69,19 +69,10 @@ log "ab_read: writing the $SIZE_MB MiB file"
 head -c $((SIZE_MB << 20)) /dev/urandom >"$WORK/share/big.bin"
 sync
 
-prepare() {
-	sync
-	echo 3 >/proc/sys/vm/drop_caches
-	if ((PREFAULT_MB)); then
-		dd if=/dev/zero of=/dev/shm/ferryfs-abread-prefault bs=1M \
-			count="$PREFAULT_MB" status=none
-		rm -f /dev/shm/ferryfs-abread-prefault
-	fi
-}
 now() { date +%s%N; }
 read_secs() { # read_secs FILE: seconds of a dd of it
 	local t0 t1
-	prepare
+	drop_caches
 	t0=$(now)
 	dd if="$1" of=/dev/null bs=1M status=none
 	t1=$(now)

@@ -7,6 +7,11 @@
 #   bench_ferryfs        FERRYFS (default $BUILD_DIR/fs/ferryfs) built if
 #                        missing, made absolute; warns of a sanitizer build
 #   die, log, median     (median: of the numbers on stdin)
+#   drop_caches          sync, drop the page cache, then write PREFAULT_MB
+#                        MiB (unset or 0: none) once in /dev/shm and free
+#                        them: this VM's first touch of memory its host
+#                        took back costs ~3x, which would fall on whichever
+#                        measurement comes first
 
 die() {
 	echo "bench: $*" >&2
@@ -17,6 +22,15 @@ log() { printf '%s\n' "$*" >&2; }
 median() {
 	tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 }
 		END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+drop_caches() {
+	sync && echo 3 >/proc/sys/vm/drop_caches
+	if ((${PREFAULT_MB:-0})); then
+		dd if=/dev/zero of=/dev/shm/ferryfs-bench-prefault bs=1M \
+			count="$PREFAULT_MB" status=none
+		rm -f /dev/shm/ferryfs-bench-prefault
+	fi
 }
 
 bench_args() {

@@ -46,6 +46,8 @@ set -euo pipefail
 shopt -s inherit_errexit
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# drop_caches; run.sh's own die and median below take the place of lib.sh's
+. "$HERE/lib.sh"
 ROOT=$(cd "$HERE/../.." && pwd)
 PROG=run.sh
 NAS_SH=$HERE/nas.sh
@@ -331,14 +333,6 @@ na() { NA_CELLS["$1|$2"]=$3; }
 
 now() { date +%s%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (b - a) / 1e9 }'; }
-drop_caches() {
-	sync && echo 3 >/proc/sys/vm/drop_caches
-	if ((PREFAULT_MB)); then
-		dd if=/dev/zero of=/dev/shm/ferryfs-bench-prefault bs=1M \
-			count="$PREFAULT_MB" status=none
-		rm -f /dev/shm/ferryfs-bench-prefault
-	fi
-}
 lastlog() { tail -n 2 "$1" 2>/dev/null | tr '\n' ' ' | cut -c1-160; }
 
 # timed LOG CMD...: T = wall seconds of CMD; fails if CMD fails
