@@ -572,18 +572,6 @@ unsigned int fs_itab_cached_handles(struct fs_itab *t, struct fs_inode *ino)
 	return n;
 }
 
-struct fs_handle *fs_itab_handle_any(struct fs_itab *t, struct fs_inode *ino)
-{
-	struct fs_handle *h;
-
-	pthread_mutex_lock(&t->lock);
-	h = ino->handles;
-	if (h)
-		h->refs++;
-	pthread_mutex_unlock(&t->lock);
-	return h;
-}
-
 unsigned int fs_itab_handles(struct fs_itab *t, struct fs_inode *ino,
 			     struct fs_handle **out, unsigned int max)
 {
@@ -596,6 +584,13 @@ unsigned int fs_itab_handles(struct fs_itab *t, struct fs_inode *ino,
 	}
 	pthread_mutex_unlock(&t->lock);
 	return n;
+}
+
+struct fs_handle *fs_itab_handle_any(struct fs_itab *t, struct fs_inode *ino)
+{
+	struct fs_handle *h;
+
+	return fs_itab_handles(t, ino, &h, 1) ? h : NULL;
 }
 
 bool fs_itab_handle_put(struct fs_itab *t, struct fs_handle *h)

@@ -180,25 +180,23 @@ static uint64_t live_dentries;
  * key; counted against live_dentries (one each) */
 static void visit_fold(struct check *ck, MDB_val *k, MDB_val *v)
 {
-	unsigned char dk[8 + NAME_MAX];
+	char name[NAME_MAX + 1];
+	struct jnl_dkey dk, fk;
 	struct jnl_dval d;
 	MDB_val dv;
 
 	count_q++;
-	if (k->mv_size < 9 || k->mv_size != 8 + v->mv_size)
+	if (k->mv_size < 9 || v->mv_size > NAME_MAX ||
+	    k->mv_size != 8 + v->mv_size)
 		BUG("folds: entry of bad size");
-	memcpy(dk, k->mv_data, 8);
-	memcpy(dk + 8, v->mv_data, v->mv_size);
-	for (size_t i = 8; i < k->mv_size; i++) {
-		unsigned char c = dk[i];
-
-		if ((c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c) !=
-		    ((unsigned char *)k->mv_data)[i])
-			BUG("folds: '%.*s' does not fold to '%.*s'",
-			    (int)v->mv_size, (char *)v->mv_data,
-			    (int)k->mv_size - 8, (char *)k->mv_data + 8);
-	}
-	if (!key_in(ck, ck->j->db_dentries, dk, k->mv_size, &dv) ||
+	memcpy(name, v->mv_data, v->mv_size);
+	name[v->mv_size] = '\0';
+	dk = jnl_dkey(jnl_be64_get(k->mv_data), name);
+	fk = jnl_fold_key(jnl_be64_get(k->mv_data), name);
+	if (memcmp(fk.b, k->mv_data, k->mv_size))
+		BUG("folds: '%s' does not fold to '%.*s'", name,
+		    (int)k->mv_size - 8, (char *)k->mv_data + 8);
+	if (!key_in(ck, ck->j->db_dentries, dk.b, dk.len, &dv) ||
 	    dv.mv_size != sizeof(d))
 		BUG("folds: '%.*s' is no dentry", (int)v->mv_size,
 		    (char *)v->mv_data);

@@ -465,6 +465,8 @@ static inline bool jnl_node_claimable(const struct jnl_node_rec *r)
 void jnl_now(struct timespec *ts);
 int jnl_name_check(const char *name);
 struct jnl_dkey jnl_dkey(jnl_id parent, const char *name);
+/* The folds key of @name: jnl_dkey() with ASCII A-Z as a-z. */
+struct jnl_dkey jnl_fold_key(jnl_id parent, const char *name);
 /* Fill folds from dentries (a journal made before it): jnl_open(). */
 int jnl_folds_build(struct jnl *j, MDB_txn *txn);
 /* The dentry (a whiteout has d->id 0), or -ENOENT. */

@@ -131,7 +131,7 @@ int jnl_dentry_get(struct jnl *j, MDB_txn *txn, jnl_id parent,
 	return 0;
 }
 
-static struct jnl_dkey fold_key(jnl_id parent, const char *name)
+struct jnl_dkey jnl_fold_key(jnl_id parent, const char *name)
 {
 	struct jnl_dkey k = jnl_dkey(parent, name);
 
@@ -145,7 +145,7 @@ static struct jnl_dkey fold_key(jnl_id parent, const char *name)
 static int fold_set(struct jnl *j, MDB_txn *txn, jnl_id parent,
 		    const char *name, bool add)
 {
-	struct jnl_dkey fk = fold_key(parent, name);
+	struct jnl_dkey fk = jnl_fold_key(parent, name);
 	MDB_val k = { fk.len, fk.b }, v = { strlen(name), (void *)name };
 	int rc = add ? mdb_put(txn, j->db_folds, &k, &v, MDB_NODUPDATA)
 		     : mdb_del(txn, j->db_folds, &k, &v);
@@ -210,7 +210,7 @@ int jnl_folds_build(struct jnl *j, MDB_txn *txn)
 int jnl_name_case_taken(struct jnl *j, jnl_id dir, const char *name,
 			jnl_id except)
 {
-	struct jnl_dkey fk = fold_key(dir, name);
+	struct jnl_dkey fk = jnl_fold_key(dir, name);
 	char other[NAME_MAX + 1];
 	MDB_val k = { fk.len, fk.b }, v;
 	MDB_cursor *c = NULL;
