@@ -328,7 +328,8 @@ int fs_cache_status(struct fs *fs, char *buf, size_t size)
 		"\"max_bytes\": %llu, \"hits\": %llu, \"misses\": %llu, "
 		"\"hit_rate\": %.3f, \"readahead_streams\": %u, "
 		"\"readahead_bytes\": %llu, \"readahead_errors\": %llu, "
-		"\"readahead_pending\": %u, \"app_read_bytes\": %llu, \"share_read_bytes\": %llu}",
+		"\"readahead_pending\": %u, \"app_read_bytes\": %llu, "
+		"\"share_read_bytes\": %llu}",
 		fs->cache_dir, (unsigned long long)cs.bytes,
 		(unsigned long long)cs.max_bytes,
 		(unsigned long long)cs.hits, (unsigned long long)cs.misses,

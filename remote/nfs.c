@@ -1872,13 +1872,10 @@ static int hidden_one(const char *name, const struct stat *st, void *arg)
  * "silly renames") is not empty for the server. Those of no open file,
  * which a killed process left behind, are removed, and the rmdir is made
  * again. Those of files still open here are waited for a little (a
- * close(2) just made reaches us as an asynchronous RELEASE: BUSY_TRIES,
- * the k-th try after k * BUSY_WAIT_US), then make the rmdir -EBUSY: it
+ * close(2) just made reaches us as an asynchronous RELEASE:
+ * RMT_BUSY_TRIES), then make the rmdir -EBUSY: it
  * can succeed once they are closed (the flusher tries again later).
  */
-#define BUSY_TRIES 8
-#define BUSY_WAIT_US 30000
-
 static int nrmt_rmdir(struct rmt *r, const char *path)
 {
 	struct nrmt *n = to_nrmt(r);
@@ -1895,10 +1892,10 @@ static int nrmt_rmdir(struct rmt *r, const char *path)
 			return -ENOTEMPTY;
 		if (h.rc < 0)
 			return h.rc;
-		if (tries > BUSY_TRIES) /* bounded: the server may see more */
+		if (tries > RMT_BUSY_TRIES) /* the server may see more */
 			return h.busy ? -EBUSY : -ENOTEMPTY;
 		if (h.busy)
-			usleep((useconds_t)tries * BUSY_WAIT_US);
+			usleep((useconds_t)tries * RMT_BUSY_WAIT_US);
 		rc = rmdir_once(n, path);
 	}
 	return rc;

@@ -82,6 +82,12 @@ struct rmt_ops {
 	int (*batch_end)(struct rmt *r, int *rc, unsigned int max);
 };
 
+/* A call the server answers busy for a moment (a close under way here or
+ * on another connection): tried again RMT_BUSY_TRIES times, the k-th
+ * after k * RMT_BUSY_WAIT_US (about 1 s in all). */
+#define RMT_BUSY_TRIES 8
+#define RMT_BUSY_WAIT_US 30000
+
 /* rmt_counters(); relaxed atomics, set to 0 by rmt_open() */
 struct rmt_cnt {
 	atomic_uint_least64_t bytes_read, bytes_written, bytes_copied;

@@ -128,7 +128,7 @@
  * its last close: NFS's "silly rename"), the call is made, the files get
  * their new names (OP_REPATH). A busy answer with no file of ours in the
  * way (Samba answers so for a moment after another connection's CLOSE) is
- * tried again, BUSY_TRIES times. Another client's open still blocks.
+ * tried again, RMT_BUSY_TRIES times. Another client's open still blocks.
  *
  * Errors: smb_err() is the one place a libsmbclient errno becomes a
  * -errno of this driver.
@@ -1363,12 +1363,6 @@ static int srmt_mkdir(struct rmt *r, const char *path, mode_t mode)
 	return call_path(to_srmt(r), OP_MKDIR, path, NULL, 0);
 }
 
-/* Tries of an unlink, rename or rmdir refused as busy (with nothing of
- * ours in the way; for an rmdir, with files of ours being closed); the
- * k-th waits k * BUSY_WAIT_US before (about 1 s in all). */
-#define BUSY_TRIES 8
-#define BUSY_WAIT_US 30000
-
 struct aside_scan {
 	struct srmt *s;
 	const char *dir;
@@ -1428,9 +1422,9 @@ static int srmt_rmdir(struct rmt *r, const char *path)
 
 	for (int tries = 1; rc == -ENOTEMPTY; tries++) {
 		struct aside_scan a = { .s = s, .dir = path,
-					.last = tries > BUSY_TRIES };
+					.last = tries > RMT_BUSY_TRIES };
 
-		if (tries > BUSY_TRIES + 1) /* the server may see more */
+		if (tries > RMT_BUSY_TRIES + 1) /* the server may see more */
 			return -ENOTEMPTY;
 		rc = list_dir(s, path, true, aside_one, &a);
 		if (rc < 0) /* -ENOTEMPTY: a name that is not SET_ASIDE */
@@ -1440,7 +1434,7 @@ static int srmt_rmdir(struct rmt *r, const char *path)
 		if (a.busy && a.last)
 			return -EBUSY;
 		if (a.busy)
-			usleep((useconds_t)tries * BUSY_WAIT_US);
+			usleep((useconds_t)tries * RMT_BUSY_WAIT_US);
 		rc = call_path(s, OP_RMDIR, path, NULL, 0);
 	}
 	return rc;
@@ -1653,9 +1647,9 @@ static int srmt_unlink(struct rmt *r, const char *path)
 		if (k != 2)
 			return k;
 	}
-	while (k == 2 && tries < BUSY_TRIES) {
+	while (k == 2 && tries < RMT_BUSY_TRIES) {
 		if (tries++)
-			usleep((useconds_t)(tries - 1) * BUSY_WAIT_US);
+			usleep((useconds_t)(tries - 1) * RMT_BUSY_WAIT_US);
 		rc = call_path(to_srmt(r), OP_UNLINK, path, NULL, 0);
 		if (rc != -EBUSY && rc != -EACCES)
 			return rc;
@@ -1707,9 +1701,9 @@ static int srmt_rename(struct rmt *r, const char *from, const char *to,
 		if (k != 2)
 			return k;
 	}
-	while (k == 2 && tries < BUSY_TRIES) {
+	while (k == 2 && tries < RMT_BUSY_TRIES) {
 		if (tries++)
-			usleep((useconds_t)(tries - 1) * BUSY_WAIT_US);
+			usleep((useconds_t)(tries - 1) * RMT_BUSY_WAIT_US);
 		rc = call_path(to_srmt(r), OP_RENAME, from, to, (int64_t)flags);
 		if (rc != -EBUSY && rc != -EACCES)
 			return rc;
