@@ -194,8 +194,10 @@ void fs_itab_handle_add(struct fs_itab *t, struct fs_handle *h);
 /* Number of open handles of @ino whose pages the kernel caches (not
  * direct). */
 unsigned int fs_itab_cached_handles(struct fs_itab *t, struct fs_inode *ino);
-/* Borrow any open handle of @ino (refs + 1), or NULL: used for an unlinked
- * but open file that has no path left. Give it back with handle_put. */
+/* Borrow an open handle of @ino with a remote file of its own (id 0: its
+ * file is set and immutable), refs + 1, or NULL: for a file open here,
+ * whose handle reaches the object without a path (or has no path left).
+ * Give it back with handle_put. */
 struct fs_handle *fs_itab_handle_any(struct fs_itab *t, struct fs_inode *ino);
 /* Borrow up to @max open handles of @ino (refs + 1 each) into @out;
  * returns how many. Give each back with handle_put. */

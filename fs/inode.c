@@ -590,7 +590,13 @@ struct fs_handle *fs_itab_handle_any(struct fs_itab *t, struct fs_inode *ino)
 {
 	struct fs_handle *h;
 
-	return fs_itab_handles(t, ino, &h, 1) ? h : NULL;
+	pthread_mutex_lock(&t->lock);
+	for (h = ino->handles; h && h->id; h = h->next)
+		;
+	if (h)
+		h->refs++;
+	pthread_mutex_unlock(&t->lock);
+	return h;
 }
 
 bool fs_itab_handle_put(struct fs_itab *t, struct fs_handle *h)

@@ -372,6 +372,12 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 
 	if (fi && fi->fh) {
 		f = handle_of(fi)->file;
+	} else if (!(sa.set & RMT_SET_SIZE) &&
+		   (borrowed = fs_itab_handle_any(fs->itab, n))) {
+		/* open here (cp -a sets the times before it closes): the
+		 * handle is this object, no path to resolve and check. Not
+		 * for truncate(2): the handle may be read-only. */
+		f = borrowed->file;
 	} else {
 		rc = checked_path(fs, n, path);
 		if (rc == 0) {
