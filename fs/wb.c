@@ -755,8 +755,9 @@ static int check_name(struct fs *fs, struct fs_inode *parent,
 /*
  * On a share that does not tell names apart by case (no RMT_CAP_CASE:
  * SMB), -EEXIST if directory @pid holds in the journal another node
- * (not @except) under @name in other letter case (ASCII): both would be
- * one file on the share, the later overwriting the earlier at the flush.
+ * (not @except) under @name in other letter case (é and É too): both
+ * would be one file on the share, the later overwriting the earlier at
+ * the flush.
  * A name the share has already is found by its own lookup (find_in()).
  */
 static int case_taken(struct fs *fs, jnl_id pid, const char *name,

@@ -186,14 +186,14 @@ static void visit_fold(struct check *ck, MDB_val *k, MDB_val *v)
 	MDB_val dv;
 
 	count_q++;
-	if (k->mv_size < 9 || v->mv_size > NAME_MAX ||
-	    k->mv_size != 8 + v->mv_size)
+	if (k->mv_size < 9 || v->mv_size < 1 || v->mv_size > NAME_MAX ||
+	    k->mv_size > sizeof(fk.b))
 		BUG("folds: entry of bad size");
 	memcpy(name, v->mv_data, v->mv_size);
 	name[v->mv_size] = '\0';
 	dk = jnl_dkey(jnl_be64_get(k->mv_data), name);
 	fk = jnl_fold_key(jnl_be64_get(k->mv_data), name);
-	if (memcmp(fk.b, k->mv_data, k->mv_size))
+	if (fk.len != k->mv_size || memcmp(fk.b, k->mv_data, k->mv_size))
 		BUG("folds: '%s' does not fold to '%.*s'", name,
 		    (int)k->mv_size - 8, (char *)k->mv_data + 8);
 	if (!key_in(ck, ck->j->db_dentries, dk.b, dk.len, &dv) ||

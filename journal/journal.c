@@ -1156,11 +1156,27 @@ static int open_env(struct jnl *j, bool creating, unsigned int flags,
 			goto out_abort;
 		}
 	}
-	/* folds came later than the others: made (and filled) if missing */
-	rc = mdb_dbi_open(w.txn, "folds", MDB_DUPSORT, &j->db_folds);
+	/* folds came later than the others: made (and filled) if missing.
+	 * "folds" folded ASCII only; its keys are not ours: dropped */
+	rc = jnl_fold_init();
+	if (rc < 0) {
+		set_errmsg("cannot index journal '%s': glibc's C.UTF-8 locale "
+			   "is missing", j->dir);
+		goto out_abort;
+	}
+	rc = mdb_dbi_open(w.txn, "folds.u", MDB_DUPSORT, &j->db_folds);
 	if (rc == MDB_NOTFOUND) {
-		rc = mdb_dbi_open(w.txn, "folds", MDB_DUPSORT | MDB_CREATE,
-				  &j->db_folds);
+		MDB_dbi old;
+
+		rc = mdb_dbi_open(w.txn, "folds", MDB_DUPSORT, &old);
+		if (!rc)
+			rc = mdb_drop(w.txn, old, 1);
+		else if (rc == MDB_NOTFOUND)
+			rc = 0;
+		if (!rc)
+			rc = mdb_dbi_open(w.txn, "folds.u",
+					  MDB_DUPSORT | MDB_CREATE,
+					  &j->db_folds);
 		if (!rc)
 			rc = init ? 0 : jnl_folds_build(j, w.txn);
 	}

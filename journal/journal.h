@@ -343,7 +343,8 @@ int jnl_setattr(struct jnl *j, jnl_id id, unsigned int set,
 int jnl_readlink(struct jnl *j, jnl_id id, char *buf, size_t size);
 
 /* -EEXIST if @dir holds (not a whiteout) another name than @name that
- * differs from it only in ASCII letter case, of a node other than
+ * differs from it only in letter case (jnl_fold_key(): Unicode's simple
+ * upper-case mapping, as Samba compares), of a node other than
  * @except: for a share that does not tell them apart (an index, no walk
  * of the directory). 0 if not; -EINVAL, -ENAMETOOLONG for a bad name. */
 int jnl_name_case_taken(struct jnl *j, jnl_id dir, const char *name,

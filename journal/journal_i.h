@@ -129,9 +129,10 @@ struct jnl_chunk_rec {
  * inflight: chunk key -> "" : the INFLIGHT chunks (recovery reads only this)
  * imports: (base_dev be64, base_ino be64) -> id (be64)
  * dentries: (parent be64, name bytes) -> struct jnl_dval
- * folds (MDB_DUPSORT): (parent be64, the name with ASCII A-Z as a-z) ->
+ * folds.u (MDB_DUPSORT): (parent be64, jnl_fold_key() of the name) ->
  *        the names of the dentries (not whiteouts) that fold to it:
- *        jnl_name_case_taken(); kept by jnl_dentry_put()/_del()
+ *        jnl_name_case_taken(); kept by jnl_dentry_put()/_del(). ("folds",
+ *        its ASCII-only predecessor, is dropped at open.)
  * ops: seq (be64) -> struct jnl_op_rec, then name, then newname */
 
 #define JNL_OP_REC_VERSION 1
@@ -193,8 +194,11 @@ static inline struct jnl_key16 jnl_key16(uint64_t a, uint64_t b)
 	return k;
 }
 
+/* b is long enough for a folds key too: upper-casing a UTF-8 name can
+ * make it longer, by at most half (a 2-byte letter whose upper case takes
+ * 3), and 8 + that stays under LMDB's 511-byte key limit */
 struct jnl_dkey {
-	unsigned char b[8 + NAME_MAX];
+	unsigned char b[8 + NAME_MAX + NAME_MAX / 2 + 1];
 	size_t len;
 };
 
@@ -465,8 +469,13 @@ static inline bool jnl_node_claimable(const struct jnl_node_rec *r)
 void jnl_now(struct timespec *ts);
 int jnl_name_check(const char *name);
 struct jnl_dkey jnl_dkey(jnl_id parent, const char *name);
-/* The folds key of @name: jnl_dkey() with ASCII A-Z as a-z. */
+/* The folds key of @name: jnl_dkey() with every letter upper-cased,
+ * code point by code point (Samba's rule); bytes that are not UTF-8 are
+ * kept. */
 struct jnl_dkey jnl_fold_key(jnl_id parent, const char *name);
+/* 0, or -ENOTSUP without the C.UTF-8 locale jnl_fold_key() needs:
+ * jnl_open() calls it first. */
+int jnl_fold_init(void);
 /* Fill folds from dentries (a journal made before it): jnl_open(). */
 int jnl_folds_build(struct jnl *j, MDB_txn *txn);
 /* The dentry (a whiteout has d->id 0), or -ENOENT. */

@@ -23,9 +23,12 @@
  * The node stays (UNLINKED) for open handles.
  */
 #include <inttypes.h>
+#include <locale.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <wctype.h>
 
 #include "journal_i.h"
 #include "log.h"
@@ -131,13 +134,95 @@ int jnl_dentry_get(struct jnl *j, MDB_txn *txn, jnl_id parent,
 	return 0;
 }
 
+/*
+ * The code point of the UTF-8 sequence at s (n bytes left) and its length
+ * in *len, or -1 (*len 1) where s holds no well-formed one (overlong,
+ * surrogate, above U+10FFFF, cut short).
+ */
+static int32_t utf8_get(const unsigned char *s, size_t n, size_t *len)
+{
+	static const int32_t min[] = { 0, 0, 0x80, 0x800, 0x10000 };
+	size_t k = s[0] < 0x80 ? 1 : (s[0] & 0xe0) == 0xc0 ? 2
+				 : (s[0] & 0xf0) == 0xe0 ? 3
+				 : (s[0] & 0xf8) == 0xf0 ? 4 : 0;
+	int32_t c = k == 1 ? s[0] : s[0] & (0x7f >> k);
+
+	*len = 1;
+	if (!k || k > n)
+		return -1;
+	for (size_t i = 1; i < k; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return -1;
+		c = (c << 6) | (s[i] & 0x3f);
+	}
+	if (c < min[k] || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+		return -1;
+	*len = k;
+	return c;
+}
+
+static size_t utf8_put(unsigned char *d, int32_t c)
+{
+	if (c < 0x80) {
+		d[0] = (unsigned char)c;
+		return 1;
+	}
+	if (c < 0x800) {
+		d[0] = (unsigned char)(0xc0 | (c >> 6));
+		d[1] = (unsigned char)(0x80 | (c & 0x3f));
+		return 2;
+	}
+	if (c < 0x10000) {
+		d[0] = (unsigned char)(0xe0 | (c >> 12));
+		d[1] = (unsigned char)(0x80 | ((c >> 6) & 0x3f));
+		d[2] = (unsigned char)(0x80 | (c & 0x3f));
+		return 3;
+	}
+	d[0] = (unsigned char)(0xf0 | (c >> 18));
+	d[1] = (unsigned char)(0x80 | ((c >> 12) & 0x3f));
+	d[2] = (unsigned char)(0x80 | ((c >> 6) & 0x3f));
+	d[3] = (unsigned char)(0x80 | (c & 0x3f));
+	return 4;
+}
+
+/* glibc's built-in C.UTF-8 (2.35 on): Unicode's simple case mappings,
+ * whatever the daemon's own locale is; jnl_open() fails without it */
+static locale_t fold_loc;
+static pthread_once_t fold_once = PTHREAD_ONCE_INIT;
+
+static void fold_loc_init(void)
+{
+	fold_loc = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0);
+}
+
+int jnl_fold_init(void)
+{
+	pthread_once(&fold_once, fold_loc_init);
+	return fold_loc ? 0 : -ENOTSUP;
+}
+
 struct jnl_dkey jnl_fold_key(jnl_id parent, const char *name)
 {
-	struct jnl_dkey k = jnl_dkey(parent, name);
+	const unsigned char *s = (const unsigned char *)name;
+	size_t n = strlen(name), i = 0, len;
+	struct jnl_dkey k;
 
-	for (size_t i = 8; i < k.len; i++)
-		if (k.b[i] >= 'A' && k.b[i] <= 'Z')
-			k.b[i] = (unsigned char)(k.b[i] - 'A' + 'a');
+	_Static_assert(sizeof(k.b) >= 8 + NAME_MAX + NAME_MAX / 2 + 1,
+		       "room for a name that upper-casing made longer");
+	jnl_be64_put(k.b, parent);
+	k.len = 8;
+	while (i < n && k.len + 4 <= sizeof(k.b)) {
+		int32_t c = utf8_get(s + i, n - i, &len);
+
+		if (c < 0) {
+			k.b[k.len++] = s[i];
+		} else {
+			if (c >= 0x80 || (c >= 'a' && c <= 'z'))
+				c = (int32_t)towupper_l((wint_t)c, fold_loc);
+			k.len += utf8_put(k.b + k.len, c);
+		}
+		i += len;
+	}
 	return k;
 }
 

@@ -342,10 +342,15 @@ in d: write Case: ok'
 # names in other case (Samba: "case sensitive = auto"): write-through
 # writes into the file there is; write-back refuses a second name for it
 # (its flush would make one file of the two: the later would overwrite it)
+# (Unicode case too: "été" is "Été" on the share)
 CANNOT_WANT_wt='in d: write case: ok
-in d: rename d/g2 to d/CASE: ok'
+in d: rename d/g2 to d/CASE: ok
+in d: write \xc3\x89t\xc3\xa9: ok
+in d: write \xc3\xa9t\xc3\xa9: ok'
 CANNOT_WANT_wb='in d: write case: EEXIST
-in d: rename d/g2 to d/CASE: EEXIST'
+in d: rename d/g2 to d/CASE: EEXIST
+in d: write \xc3\x89t\xc3\xa9: ok
+in d: write \xc3\xa9t\xc3\xa9: EEXIST'
 
 # cannot_calls DIR: one line per call, "what: ok" or "what: ERRNO"
 cannot_calls() {
@@ -399,6 +404,9 @@ call("in d: write Case", lambda: write("d/Case", b"one"))
 call("in d: write case", lambda: write("d/case", b"two"))
 write("d/g2", b"three")
 call("in d: rename d/g2 to d/CASE", lambda: os.rename(p("d/g2"), p("d/CASE")))
+for n, data in [("\u00c9t\u00e9", b"one"), ("\u00e9t\u00e9", b"two")]:
+    call("in d: write " + show(n.encode()),
+         lambda: write("d/" + n, data))
 EOF
 }
 
@@ -426,10 +434,12 @@ cannot_check() {
 		rc=1
 	fi
 	# write-through: "case" and "CASE" were Case (two, then g2 renamed
-	# over it); write-back: neither was taken, Case and g2 are as written
+	# over it), "été" was "Été"; write-back: none of them was taken, the
+	# others are as written
 	left=$(cd "$SHARE_DIR/smb-cannot-$mode-$$/d" &&
-		for n in $(ls -A); do printf '%s=%s ' "$n" "$(cat "$n")"; done)
-	[ $mode = wt ] && want="Case=three " || want="Case=one g2=three "
+		for n in $(LC_ALL=C ls -A); do printf '%s=%s ' "$n" "$(cat "$n")"; done)
+	E=$(printf '\303\211t\303\251') # Été
+	[ $mode = wt ] && want="Case=three $E=two " || want="Case=one g2=three $E=one "
 	if [ "$left" != "$want" ]; then
 		echo "$mode: the share's d holds '$left', not '$want'"
 		rc=1

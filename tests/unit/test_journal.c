@@ -817,9 +817,10 @@ static void test_journal__rmdir_and_unlink_rules(void **state)
 		      ENOENT); /* e is gone */
 }
 
-/* jnl_name_case_taken(): another live name that differs only in ASCII
- * case, kept through renames, unlinks, whiteouts, a reopen, and rebuilt
- * for a journal made before the index (its folds dropped) */
+/* jnl_name_case_taken(): another live name that differs only in case
+ * (Unicode's simple mapping), kept through renames, unlinks, whiteouts, a
+ * reopen, and rebuilt for a journal made before the index ("folds.u"
+ * missing; the ASCII-only "folds" of an older version dropped) */
 static void test_journal__case_taken(void **state)
 {
 	struct fx *fx = *state;
@@ -837,12 +838,37 @@ static void test_journal__case_taken(void **state)
 	assert_rc_ok(jnl_name_case_taken(fx->j, JNL_ROOT, "case", c));
 	assert_rc_ok(jnl_name_case_taken(fx->j, JNL_ROOT, "cases", 0));
 	assert_rc_ok(jnl_name_case_taken(fx->j, sub, "case", 0));
-	/* not-ASCII bytes are compared as they are */
+	/* letters beyond ASCII: "Été" against "été", "ÉTÉ" */
 	d = mk_file(fx->j, JNL_ROOT, "\xc3\x89t\xc3\xa9");
-	assert_rc_ok(jnl_name_case_taken(fx->j, JNL_ROOT, "\xc3\xa9t\xc3\xa9", 0));
-	assert_rc_err(jnl_name_case_taken(fx->j, JNL_ROOT, "\xc3\x89T\xc3\xa9", 0),
+	assert_rc_err(jnl_name_case_taken(fx->j, JNL_ROOT, "\xc3\xa9t\xc3\xa9", 0),
 		      EEXIST);
-	(void)d;
+	assert_rc_err(jnl_name_case_taken(fx->j, JNL_ROOT, "\xc3\x89T\xc3\x89", 0),
+		      EEXIST);
+	assert_rc_ok(jnl_name_case_taken(fx->j, JNL_ROOT, "\xc3\xa9t\xc3\xa9", d));
+	assert_rc_ok(jnl_name_case_taken(fx->j, JNL_ROOT, "ete", 0));
+	/* Greek omega, final and plain sigma (both are capital sigma) */
+	mk_file(fx->j, JNL_ROOT, "\xcf\x89\xcf\x82");
+	assert_rc_err(jnl_name_case_taken(fx->j, JNL_ROOT, "\xce\xa9\xcf\x83", 0),
+		      EEXIST);
+	/* bytes that are not UTF-8 are compared as they are */
+	mk_file(fx->j, JNL_ROOT, "x\xffy");
+	assert_rc_err(jnl_name_case_taken(fx->j, JNL_ROOT, "X\xffY", 0), EEXIST);
+	assert_rc_ok(jnl_name_case_taken(fx->j, JNL_ROOT, "x\xfey", 0));
+	/* a longest name whose upper case is longer: 85 x U+0250 (2 bytes)
+	 * folds to 85 x U+2C6F (3 bytes each: 255, NAME_MAX) */
+	{
+		char lo[NAME_MAX + 1] = "", up[NAME_MAX + 1] = "";
+
+		for (int i = 0; i < 85; i++) {
+			strcat(lo, "\xc9\x90");
+			strcat(up, "\xe2\xb1\xaf");
+		}
+		mk_file(fx->j, sub, lo);
+		jnl_assert_sane(fx->j);
+		assert_rc_err(jnl_name_case_taken(fx->j, sub, up, 0), EEXIST);
+		assert_rc_ok(jnl_unlink(fx->j, sub, lo));
+		assert_rc_ok(jnl_name_case_taken(fx->j, sub, up, 0));
+	}
 
 	/* a rename moves it */
 	assert_rc_ok(jnl_rename(fx->j, JNL_ROOT, "Case", sub, "Moved", 0));
@@ -872,15 +898,32 @@ static void test_journal__case_taken(void **state)
 	assert_int_equal(mdb_env_set_maxdbs(env, 16), 0);
 	assert_int_equal(mdb_env_open(env, path, MDB_NOLOCK, 0600), 0);
 	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
-	assert_int_equal(mdb_dbi_open(txn, "folds", MDB_DUPSORT, &dbi), 0);
+	assert_int_equal(mdb_dbi_open(txn, "folds.u", MDB_DUPSORT, &dbi), 0);
 	assert_int_equal(mdb_drop(txn, dbi, 1), 0);
+	assert_int_equal(mdb_dbi_open(txn, "folds", MDB_DUPSORT | MDB_CREATE,
+				      &dbi), 0);
+	assert_int_equal(mdb_put(txn, dbi, &(MDB_val){ 4, "old!" },
+				 &(MDB_val){ 3, "old" }, 0), 0);
 	assert_int_equal(mdb_txn_commit(txn), 0);
 	mdb_env_close(env);
 	assert_rc_ok(jnl_open(fx->dir, &fx->cfg, 0, &fx->j));
 	jnl_assert_sane(fx->j);
 	assert_rc_err(jnl_name_case_taken(fx->j, sub, "KEPT", 0), EEXIST);
-	assert_rc_err(jnl_name_case_taken(fx->j, JNL_ROOT, "\xc3\x89T\xc3\xa9", 0),
+	assert_rc_err(jnl_name_case_taken(fx->j, JNL_ROOT, "\xc3\xa9T\xc3\xa9", 0),
 		      EEXIST);
+	/* the old index is gone */
+	jnl_close(fx->j);
+	fx->j = NULL;
+	assert_int_equal(mdb_env_create(&env), 0);
+	assert_int_equal(mdb_env_set_maxdbs(env, 16), 0);
+	assert_int_equal(mdb_env_open(env, path, MDB_NOLOCK | MDB_RDONLY, 0600),
+			 0);
+	assert_int_equal(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), 0);
+	assert_int_equal(mdb_dbi_open(txn, "folds", MDB_DUPSORT, &dbi),
+			 MDB_NOTFOUND);
+	mdb_txn_abort(txn);
+	mdb_env_close(env);
+	assert_rc_ok(jnl_open(fx->dir, &fx->cfg, 0, &fx->j));
 }
 
 static void test_journal__rename_rules(void **state)
