@@ -9,7 +9,9 @@
 # through the mount, alternating the order every run, RUNS times each; it
 # prints the medians as a markdown table (--append also appends it to
 # tests/bench/RESULTS.md). Sources live on tmpfs (/dev/shm). The page cache
-# is synced and dropped before every run.
+# is synced and dropped before every run, then PREFAULT_MB MiB of memory
+# written once (lib.sh's drop_caches: this VM's first touch of memory its
+# host took back costs ~3x).
 #
 #   write-dd   dd if=SRC of=TARGET bs=1M conv=fsync      (SIZE_MB MiB)
 #   write-cp   cp SRC TARGET && sync TARGET              (SIZE_MB MiB)
@@ -18,6 +20,7 @@
 #              of 1-16 KiB in SMALL_DIRS dirs)
 #
 # Environment: RUNS=5 SIZE_MB=1024 SMALL_FILES=10000 SMALL_DIRS=100
+#   PREFAULT_MB=8192 (0: none)
 #   BUILD_DIR=build  FERRYFS=<binary, default $BUILD_DIR/fs/ferryfs>
 #   FERRYFS_OPTS="-o ..." (default "-o writeback=off": the foundation)
 #   BENCH_PARENT=/var/tmp  SHM_PARENT=/dev/shm
@@ -31,6 +34,7 @@ RUNS=${RUNS:-5}
 SIZE_MB=${SIZE_MB:-1024}
 SMALL_FILES=${SMALL_FILES:-10000}
 SMALL_DIRS=${SMALL_DIRS:-100}
+PREFAULT_MB=${PREFAULT_MB:-8192}
 # the foundation is write-through (issue 2): FERRYFS_OPTS="-o writeback=on"
 # measures the write-back mount instead
 FERRYFS_OPTS=${FERRYFS_OPTS:--o writeback=off}
@@ -43,6 +47,7 @@ for t in fusermount3 mountpoint findmnt dd perl awk; do
 	command -v "$t" >/dev/null || die "'$t' not found (run scripts/deps.sh)"
 done
 
+given=${BUILD_DIR:+BUILD_DIR=$BUILD_DIR }${FERRYFS:+FERRYFS=$FERRYFS }
 bench_ferryfs
 
 # --- work space: remote on the real disk, sources on tmpfs --------------------
@@ -89,23 +94,14 @@ esac
 SHM=$(mktemp -d "$SHM_PARENT/ferryfs-bench.XXXXXX")
 [[ "$(stat -f -c %T "$SHM")" == tmpfs ]] || log "bench: warning: $SHM is not tmpfs"
 
-need_mb=$((SIZE_MB * 3 + SMALL_FILES * 40 / 1000 + 200))
+need_mb=$((SIZE_MB * 3 + RUNS * 2 * SMALL_FILES * 16 / 1000 + 200))
 free_mb=$(df -Pm "$REMOTE" | awk 'NR == 2 { print $4 }')
 ((free_mb > need_mb)) || die "need ~${need_mb} MB free under $BENCH_PARENT, have $free_mb"
 shm_free=$(df -Pm "$SHM" | awk 'NR == 2 { print $4 }')
 ((shm_free > SIZE_MB + SMALL_FILES * 20 / 1000 + 100)) || die "not enough space in $SHM_PARENT"
 
-DROP=1
-if ! { sync && echo 3 >/proc/sys/vm/drop_caches; } 2>/dev/null; then
-	log "bench: warning: cannot drop caches: 'read-cold' is not cold"
-	DROP=0
-fi
-drop_caches() {
-	sync
-	if ((DROP)); then
-		echo 3 >/proc/sys/vm/drop_caches
-	fi
-}
+{ sync && echo 3 >/proc/sys/vm/drop_caches; } 2>/dev/null ||
+	die "cannot drop the page cache: 'read-cold' would not be cold"
 
 log "bench: sources in $SHM: ${SIZE_MB} MiB file, $SMALL_FILES small files"
 head -c "${SIZE_MB}M" /dev/urandom >"$SHM/big.bin"
@@ -178,12 +174,16 @@ run_read_cold() {
 	dd if="$f" of=/dev/null bs=1M status=none
 	secs "$t0" "$(now)"
 }
+# Each run copies to a tree of its own; all are removed after the last run.
+# Not before each run: this machine's ext4 has no journal, and ext4 without
+# one skips the inodes freed in the last 60 s when it allocates, reading
+# their inode table blocks (recently_deleted() in a profile): creates right
+# after an rm -rf of 10,000 files took up to twice as long, on both sides.
 run_small_cp() {
-	rm -rf "$1/tree"
 	drop_caches
 	local t0
 	t0=$(now)
-	cp -a "$SHM/tree" "$1/tree"
+	cp -a "$SHM/tree" "$1/tree-$i"
 	sync
 	secs "$t0" "$(now)"
 }
@@ -206,8 +206,8 @@ for w in "${WORKLOADS[@]}"; do
 			log "bench: $w run $i/$RUNS $side: ${t}s"
 		done
 	done
-	rm -rf "$REMOTE/direct/big.bin" "$REMOTE/direct/tree" \
-		"$MNT/via-mount/big.bin" "$MNT/via-mount/tree"
+	rm -rf "$REMOTE/direct/big.bin" "$REMOTE"/direct/tree-* \
+		"$MNT/via-mount/big.bin" "$MNT"/via-mount/tree-*
 done
 
 # --- report ------------------------------------------------------------------------
@@ -224,10 +224,11 @@ cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)
 [[ -n "$cpu" ]] || cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "no commit")
 [[ -n "$(git -C "$ROOT" status --porcelain 2>/dev/null | head -n 1)" ]] && commit+=" + local changes"
-cmdline="RUNS=$RUNS"
+cmdline="${given}RUNS=$RUNS"
 ((SIZE_MB != 1024)) && cmdline+=" SIZE_MB=$SIZE_MB"
 ((SMALL_FILES != 10000)) && cmdline+=" SMALL_FILES=$SMALL_FILES"
 ((SMALL_DIRS != 100)) && cmdline+=" SMALL_DIRS=$SMALL_DIRS"
+((PREFAULT_MB != 8192)) && cmdline+=" PREFAULT_MB=$PREFAULT_MB"
 [[ -n "$FERRYFS_OPTS" ]] && cmdline+=" FERRYFS_OPTS='$FERRYFS_OPTS'"
 cmdline+=" tests/bench/bench_foundation.sh${1:+ $1}"
 bdir=$(dirname "$FERRYFS")/..
@@ -244,7 +245,7 @@ report=$(
 	echo "- ferryfs: $("$FERRYFS" --version 2>&1 | head -n 1 | sed 's/^ferryfs //') (git $commit, $build_desc), write-through"
 	echo "- machine: $cpu, $(nproc) cores, $(free -g | awk '/^Mem:/ { print $2 }') GiB RAM; kernel $(uname -r); Debian $(cat /etc/debian_version 2>/dev/null || echo '?')"
 	echo "- remote: $(findmnt -n -o FSTYPE,SOURCE --target "$REMOTE" | tr -s ' ') (under $BENCH_PARENT); sources on tmpfs"
-	echo "- runs per side: $RUNS, alternating direct/mount; median; page cache synced and dropped before every run$( ((DROP)) || echo ' (DROP FAILED: reads not cold)')"
+	echo "- runs per side: $RUNS, alternating direct/mount; median; page cache synced and dropped before every run, then $PREFAULT_MB MiB prefaulted"
 	echo
 	echo "| workload | direct (median) | mount (median) | mount/direct (rate, higher is better) |"
 	echo "|---|---|---|---|"
