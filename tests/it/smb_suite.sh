@@ -261,6 +261,12 @@ refuse "password in the url" "a password in the url is not taken" \
 	"smb://ferry:secret@$NAS_IP/nas/smb-refuse-$$" -o credentials="$CRED"
 refuse "missing credentials file" "cannot open credentials file" \
 	"$SMB_URL/smb-refuse-$$" -o credentials="$W/no-such-file"
+# ferry-agent writes owners and modes SMB would not give (fs/wb.c)
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$W/agent.key"
+chmod 0600 "$W/agent.key"
+refuse "agent= (an SMB share does not hold owners)" \
+	"agent '.*' cannot serve .* does not hold owners" \
+	"$SMB_URL/smb-refuse-$$" -o credentials="$CRED",agent=127.0.0.1:9,agent_key="$W/agent.key"
 
 # --- 3. a daemon, a dropped connection ------------------------------------------
 
