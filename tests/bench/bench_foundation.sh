@@ -22,7 +22,10 @@
 # Environment: RUNS=5 SIZE_MB=1024 SMALL_FILES=10000 SMALL_DIRS=100
 #   PREFAULT_MB=8192 (0: none)
 #   BUILD_DIR=build  FERRYFS=<binary, default $BUILD_DIR/fs/ferryfs>
-#   FERRYFS_OPTS="-o ..." (default "-o writeback=off": the foundation)
+#   FERRYFS_OPTS="-o ..." (default "-o writeback=off,cache=off": the
+#   foundation, every operation straight through; with the block cache,
+#   the mount's read-cold runs after the first would read its cache, and
+#   bench_read.sh measures that)
 #   BENCH_PARENT=/var/tmp  SHM_PARENT=/dev/shm
 # Needs root (drop_caches). Always unmounts and removes its files.
 set -euo pipefail
@@ -37,7 +40,7 @@ SMALL_DIRS=${SMALL_DIRS:-100}
 PREFAULT_MB=${PREFAULT_MB:-8192}
 # the foundation is write-through (issue 2): FERRYFS_OPTS="-o writeback=on"
 # measures the write-back mount instead
-FERRYFS_OPTS=${FERRYFS_OPTS:--o writeback=off}
+FERRYFS_OPTS=${FERRYFS_OPTS:--o writeback=off,cache=off}
 BENCH_PARENT=${BENCH_PARENT:-/var/tmp}
 SHM_PARENT=${SHM_PARENT:-/dev/shm}
 
