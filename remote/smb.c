@@ -172,6 +172,7 @@
 
 #include "log.h"
 #include "remote_i.h"
+#include "utf8.h"
 
 #define IO_MAX ((size_t)8 << 20) /* bytes of data per request */
 #define REPLY_MAX ((size_t)256 << 20) /* a readdir listing, at most */
@@ -402,26 +403,11 @@ static bool name_char_plain(unsigned char c)
 static bool utf8_valid(const char *s, size_t len)
 {
 	const unsigned char *u = (const unsigned char *)s;
-	size_t i = 0, n, k;
+	size_t i, n;
 
-	while (i < len) {
-		if (u[i] < 0x80)
-			n = 1;
-		else if ((u[i] & 0xe0) == 0xc0 && u[i] >= 0xc2)
-			n = 2;
-		else if ((u[i] & 0xf0) == 0xe0)
-			n = 3;
-		else if ((u[i] & 0xf8) == 0xf0 && u[i] <= 0xf4)
-			n = 4;
-		else
+	for (i = 0; i < len; i += n)
+		if (utf8_get(u + i, len - i, &n) < 0)
 			return false;
-		if (n > len - i)
-			return false;
-		for (k = 1; k < n; k++)
-			if ((u[i + k] & 0xc0) != 0x80)
-				return false;
-		i += n;
-	}
 	return true;
 }
 

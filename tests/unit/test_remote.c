@@ -34,6 +34,7 @@
 #include "remote.h"
 
 #include "test_util.h"
+#include "utf8.h"
 
 #define SECRET "secret\n"
 
@@ -234,6 +235,46 @@ static void test_remote__path_check_accepts(void **state)
 	assert_int_equal(rmt_path_check("..."), 0);
 	assert_int_equal(rmt_path_check(".a/..b/c.."), 0);
 	assert_int_equal(rmt_path_check("a b/\t"), 0);
+}
+
+/* utf8_get(): SMB's name check (EILSEQ) and the journal's case folding
+ * read names with it; utf8_put() writes what it read */
+static void test_remote__utf8(void **state)
+{
+	static const struct {
+		const char *s;
+		int32_t c;
+		size_t len;
+	} cases[] = {
+		{ "a", 'a', 1 },
+		{ "\xc3\xa9", 0xe9, 2 },
+		{ "\xe2\xb1\xaf", 0x2c6f, 3 },
+		{ "\xf0\x9f\x98\x80", 0x1f600, 4 },
+		{ "\xf4\x8f\xbf\xbf", 0x10ffff, 4 },
+		{ "\xc0\xaf", -1, 1 },         /* overlong "/" */
+		{ "\xe0\x80\xaf", -1, 1 },     /* overlong */
+		{ "\xed\xa0\x80", -1, 1 },     /* surrogate U+D800 */
+		{ "\xf4\x90\x80\x80", -1, 1 }, /* U+110000 */
+		{ "\xc3", -1, 1 },             /* cut short */
+		{ "\xc3(", -1, 1 },            /* no continuation */
+		{ "\x80", -1, 1 },             /* a lone continuation */
+		{ "\xff", -1, 1 },
+	};
+	unsigned char out[4];
+	size_t len;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const unsigned char *u = (const unsigned char *)cases[i].s;
+		int32_t c = utf8_get(u, strlen(cases[i].s), &len);
+
+		assert_int_equal(c, cases[i].c);
+		assert_int_equal(len, cases[i].len);
+		if (c >= 0) {
+			assert_int_equal(utf8_put(out, c), len);
+			assert_memory_equal(out, u, len);
+		}
+	}
 }
 
 static void test_remote__path_check_refuses(void **state)
@@ -1311,6 +1352,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_remote__path_check_accepts),
 		cmocka_unit_test(test_remote__path_check_refuses),
+		cmocka_unit_test(test_remote__utf8),
 		T(test_remote__bad_paths_refused_by_every_op),
 		T(test_remote__open_errors),
 		T(test_remote__smb_open_refusals),
