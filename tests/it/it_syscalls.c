@@ -1064,6 +1064,39 @@ static void t_setattr(void)
 				 "after write+close: mtime (ns) and size match "
 				 "REMOTE");
 	}
+
+	/* by path while the file is open here (cp -a sets the times and the
+	 * mode before it closes): the open file's object; a truncate(2)
+	 * while it is open only for reading too */
+	put_str(mp("sa_open"), "0123456789");
+	fd = open(mp("sa_open"), O_RDONLY);
+	if (check_sys(fd, "setattr while open: open read-only")) {
+		ts[0] = ts[1] = (struct timespec){ 1222222222, 250000000 };
+		if (check_sys(utimensat(AT_FDCWD, mp("sa_open"), ts, 0),
+			      "utimensat by path while open"))
+			check_times(rp("sa_open"), ts[0], ts[1],
+				    "utimensat by path while open: on REMOTE");
+		if (!feature_skipped("mode", "chmod while open",
+				     "modes are not kept") &&
+		    check_sys(chmod(mp("sa_open"), 0604),
+			      "chmod by path while open")) {
+			struct stat r;
+
+			check(lstat(rp("sa_open"), &r) == 0 &&
+				      (r.st_mode & 07777) == 0604,
+			      "chmod by path while open: on REMOTE",
+			      "remote mode %o", (unsigned)(r.st_mode & 07777));
+		}
+		if (check_sys(truncate(mp("sa_open"), 4),
+			      "truncate by path while open read-only")) {
+			struct stat r;
+
+			check(lstat(rp("sa_open"), &r) == 0 && r.st_size == 4,
+			      "truncate while open: on REMOTE", "remote size %lld",
+			      (long long)r.st_size);
+		}
+		close(fd);
+	}
 }
 
 /* ---- readdir ------------------------------------------------------------ */
@@ -2149,6 +2182,23 @@ static void t_xattr(void)
 	}
 	check_err(removexattr(mp("xa_f"), "user.test"), ENODATA,
 		  "removexattr of a missing name: ENODATA");
+	/* while open here (cp -a sets the ACL before it closes): through the
+	 * open file, with the same answers */
+	int fd = open(mp("xa_f"), O_RDONLY);
+
+	if (check_sys(fd, "xattr while open: open read-only")) {
+		check_sys(setxattr(mp("xa_f"), "user.open", "o", 1, 0),
+			  "setxattr by path while open");
+		check_err(setxattr(mp("xa_f"), "user.open", "o", 1,
+				   XATTR_CREATE),
+			  EEXIST, "setxattr XATTR_CREATE while open: EEXIST");
+		check_sys(fsetxattr(fd, "user.fd", "f", 1, 0),
+			  "fsetxattr on the open fd");
+		check(lgetxattr(rp("xa_f"), "user.open", b, sizeof(b)) == 1 &&
+			      lgetxattr(rp("xa_f"), "user.fd", b, sizeof(b)) == 1,
+		      "set while open: both on REMOTE", "%s", strerror(errno));
+		close(fd);
+	}
 	mkdir(mp("xa_d"), 0755);
 	if (check_sys(setxattr(mp("xa_d"), "user.dir", "d", 1, 0),
 		      "setxattr on a directory"))
