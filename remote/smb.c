@@ -44,7 +44,8 @@
  *
  * Worker life:
  *
- *   (none) --rmt_smb_open(): fork--> starting --HELLO ok--> serving
+ *   (none) --rmt_smb_open(): fork, exec (worker_start())--> starting
+ *   starting --conf, HELLO ok--> serving
  *   starting --HELLO error--> reaped (rmt_smb_open() returns the error)
  *   serving --srmt_close(): close the socket, EOF--> exits, reaped
  *           (waitpid; SIGKILL after REAP_WAIT_MS)
@@ -217,7 +218,7 @@ struct rep {
 	uint64_t dlen; /* data bytes after this */
 };
 
-/* What a worker needs, set before the fork; the worker's copy is its own. */
+/* What a worker needs; spawn() sends it a copy (send_conf()). */
 struct conf {
 	char *server; /* HOST[:PORT] as in the URL */
 	char *base; /* "smb://HOST[:PORT]/SHARE[/path]" = rmt_id() */
@@ -1118,35 +1119,108 @@ static void worker_main(struct worker *w)
 	}
 }
 
-/* In the child after fork(): never returns. */
-static void worker_start(struct conf *cf, int fd, pid_t parent, bool deathsig)
-	__attribute__((noreturn));
-static void worker_start(struct conf *cf, int fd, pid_t parent, bool deathsig)
+/*
+ * The conf a worker needs, sent by spawn() ahead of its HELLO: struct
+ * conf_msg, then server_len bytes of cf->server, base_len of cf->base.
+ */
+struct conf_msg {
+	uint32_t server_len, base_len;
+	char user[CRED_MAX], domain[CRED_MAX], password[CRED_MAX];
+};
+
+static int recv_conf(int fd, struct conf *cf)
 {
-	struct worker w = { .cf = cf, .fd = 3, .parent = parent };
+	struct conf_msg m;
+	int rc = recv_all(fd, &m, sizeof(m));
+
+	if (rc < 0)
+		return rc;
+	if (m.server_len >= PATH_MAX || m.base_len >= PATH_MAX ||
+	    memchr(m.user, 0, CRED_MAX) == NULL ||
+	    memchr(m.domain, 0, CRED_MAX) == NULL ||
+	    memchr(m.password, 0, CRED_MAX) == NULL)
+		return -EPROTO;
+	cf->server = calloc(1, m.server_len + 1);
+	cf->base = calloc(1, m.base_len + 1);
+	if (!cf->server || !cf->base)
+		return -ENOMEM;
+	rc = recv_all(fd, cf->server, m.server_len);
+	if (rc == 0)
+		rc = recv_all(fd, cf->base, m.base_len);
+	memcpy(cf->user, m.user, CRED_MAX);
+	memcpy(cf->domain, m.domain, CRED_MAX);
+	memcpy(cf->password, m.password, CRED_MAX);
+	explicit_bzero(&m, sizeof(m));
+	return rc;
+}
+
+static int send_conf(int fd, const struct conf *cf)
+{
+	struct conf_msg m = { .server_len = (uint32_t)strlen(cf->server),
+			      .base_len = (uint32_t)strlen(cf->base) };
+	struct iovec iov[3] = {
+		{ .iov_base = &m, .iov_len = sizeof(m) },
+		{ .iov_base = cf->server, .iov_len = m.server_len },
+		{ .iov_base = cf->base, .iov_len = m.base_len },
+	};
+	int rc;
+
+	memcpy(m.user, cf->user, CRED_MAX);
+	memcpy(m.domain, cf->domain, CRED_MAX);
+	memcpy(m.password, cf->password, CRED_MAX);
+	rc = send_all(fd, iov, 3);
+	explicit_bzero(&m, sizeof(m));
+	return rc;
+}
+
+/*
+ * A worker is this program run again (spawn(): fork, then exec of
+ * /proc/self/exe) with argv WORKER_ARG, the parent's pid, and log flags
+ * ("d" debug, "s" syslog), its socket at fd 3. A new image, not just a
+ * fork: the forking process has threads, and a fork's child may only make
+ * async-signal-safe calls (a lock another thread held at the fork, in
+ * malloc, ASan's allocator or our log, stays locked in the child). It
+ * starts here, before main(), from any program linked with this driver.
+ */
+#define WORKER_ARG "--ferryfs-smb-worker"
+
+static void worker_start(const char *parent, const char *flags)
+	__attribute__((noreturn));
+static void worker_start(const char *parent, const char *flags)
+{
+	static struct conf cf;
+	struct worker w = { .cf = &cf, .fd = 3, .parent = atoi(parent) };
 	sigset_t none;
 
-	if (deathsig)
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (getppid() != parent)
-		_exit(1);
+	if (getppid() != w.parent)
+		_exit(1); /* the parent died before PR_SET_PDEATHSIG */
 	signal(SIGINT, SIG_IGN);
 	signal(SIGTERM, SIG_IGN);
 	signal(SIGHUP, SIG_IGN);
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
-	if (fd != 3 && dup2(fd, 3) < 0)
-		_exit(1);
 	close_range(4, ~0U, 0);
 	prctl(PR_SET_NAME, "ferryfs-smb");
+	log_debug_enabled = strchr(flags, 'd') != NULL;
+	if (strchr(flags, 's'))
+		log_to_syslog();
+	if (recv_conf(w.fd, &cf) < 0)
+		_exit(1);
 	w.files.next = w.files.prev = &w.files;
-	w.url_size = strlen(cf->base) + 3 * PATH_MAX + 2;
+	w.url_size = strlen(cf.base) + 3 * PATH_MAX + 2;
 	w.url1 = malloc(w.url_size);
 	w.url2 = malloc(w.url_size);
 	if (!w.url1 || !w.url2 || buf_need(&w, 1 << 20) < 0)
 		_exit(1);
 	worker_main(&w);
+}
+
+/* Run by the loader before main() (glibc passes argc and argv). */
+__attribute__((constructor)) static void worker_entry(int argc, char **argv)
+{
+	if (argc == 4 && !strcmp(argv[1], WORKER_ARG))
+		worker_start(argv[2], argv[3]);
 }
 
 /* --- the parent's side ------------------------------------------------- */
@@ -2233,6 +2307,8 @@ static int spawn(struct srmt *s)
 	int sv[2], buf = SOCK_BUF, i, rc;
 	pid_t parent = getpid(), pid;
 	bool main_thread = gettid() == parent;
+	char ppid[16], flags[4], arg0[] = "ferryfs-smb", arg1[] = WORKER_ARG;
+	char *argv[] = { arg0, arg1, ppid, flags, NULL };
 	struct stat st;
 	struct rep rep;
 	size_t olen = 0;
@@ -2252,6 +2328,9 @@ static int spawn(struct srmt *s)
 			setsockopt(sv[i], SOL_SOCKET, SO_RCVBUF, &buf,
 				   sizeof(buf));
 	}
+	snprintf(ppid, sizeof(ppid), "%d", (int)parent);
+	snprintf(flags, sizeof(flags), "%s%s", log_debug_enabled ? "d" : "",
+		 log_in_syslog ? "s" : "");
 	fflush(NULL);
 	pid = fork();
 	if (pid < 0) {
@@ -2261,13 +2340,21 @@ static int spawn(struct srmt *s)
 		return rc;
 	}
 	if (pid == 0) {
-		close(sv[0]);
-		/* PR_SET_PDEATHSIG follows the forking thread: only the main
-		 * thread's is as long-lived as the process (top of file) */
-		worker_start(&s->cf, sv[1], parent, main_thread);
+		/* async-signal-safe calls only, up to the exec (above
+		 * worker_start()); PR_SET_PDEATHSIG follows the forking
+		 * thread: only the main thread's is as long-lived as the
+		 * process (top of file) */
+		if (main_thread)
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (sv[1] == 3 ? fcntl(3, F_SETFD, 0) == 0 : dup2(sv[1], 3) == 3)
+			execv("/proc/self/exe", argv);
+		_exit(127);
 	}
 	close(sv[1]);
-	rc = exchange(sv[0], &iov, 1, &rep, &st, sizeof(st), NULL, &olen);
+	rc = send_conf(sv[0], &s->cf);
+	if (rc == 0)
+		rc = exchange(sv[0], &iov, 1, &rep, &st, sizeof(st), NULL,
+			      &olen);
 	if (rc < 0)
 		rc = -EIO; /* the worker died */
 	else

@@ -10,6 +10,7 @@ static const int syslog_opts = LOG_PID, syslog_facility = LOG_DAEMON;
 #include "log.h"
 
 bool log_debug_enabled;
+bool log_in_syslog;
 
 void log_msg(enum fuse_log_level level, const char *fmt, ...)
 {
@@ -31,4 +32,5 @@ void log_to_syslog(void)
 {
 	openlog("ferryfs", syslog_opts, syslog_facility);
 	fuse_set_log_func(syslog_func);
+	log_in_syslog = true;
 }

@@ -35,6 +35,9 @@ void log_msg(enum fuse_log_level level, const char *fmt, ...)
 /* From now on send every message to syslog (the daemon, once detached). */
 void log_to_syslog(void);
 
+/* Set by log_to_syslog(): a helper process it starts logs there too. */
+extern bool log_in_syslog;
+
 /* "Impossible" internal state: log and abort (never for bad input). */
 #define BUG(...)                                               \
 	do {                                                   \
