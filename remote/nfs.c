@@ -1193,9 +1193,9 @@ static struct openfile *of_find(struct nrmt *n, const struct stat *st)
 	struct openfile *of;
 
 	for (of = open_files; of; of = of->next)
-		if (of->ino == st->st_ino && of->dev == st->st_dev &&
-		    !strcmp(of->share, n->base.id))
-			return of;
+		if (of->refs && of->ino == st->st_ino &&
+		    of->dev == st->st_dev && !strcmp(of->share, n->base.id))
+			return of; /* not one being closed (of_put()) */
 	return NULL;
 }
 
@@ -1261,24 +1261,27 @@ static void remove_hidden(struct nrmt *n, struct openfile *of)
 			 n->base.id, of->hname, strerror(-rc));
 }
 
-/* Drop one reference; the last one removes the hidden name if any. */
+/* Drop one reference; the last one removes the hidden name if any. It
+ * stays in open_files until then: an rmdir of its directory on another
+ * connection waits for that REMOVE (nrmt_rmdir()) instead of racing it. */
 static void of_put(struct nrmt *n, struct openfile *of)
 {
 	struct openfile **pp;
-	bool last;
+	bool last, hidden;
 
 	pthread_mutex_lock(&open_lock);
 	last = --of->refs == 0;
-	if (last) {
-		for (pp = &open_files; *pp != of; pp = &(*pp)->next)
-			;
-		*pp = of->next;
-	}
+	hidden = of->hidden;
 	pthread_mutex_unlock(&open_lock);
 	if (!last)
 		return;
-	if (of->hidden)
+	if (hidden)
 		remove_hidden(n, of);
+	pthread_mutex_lock(&open_lock);
+	for (pp = &open_files; *pp != of; pp = &(*pp)->next)
+		;
+	*pp = of->next;
+	pthread_mutex_unlock(&open_lock);
 	free(of->hdir.data.data_val);
 	free(of->hpath);
 	free(of->share);
@@ -1888,8 +1891,10 @@ static int nrmt_rmdir(struct rmt *r, const char *path)
 		struct hidden_scan h = { .n = n, .dir = path };
 
 		rc = nrmt_readdir(r, path, hidden_one, &h);
-		if (h.other || (rc < 0 && rc != -ECANCELED))
+		if (h.other)
 			return -ENOTEMPTY;
+		if (rc < 0)
+			return rc; /* not the server's ENOTEMPTY: its own */
 		if (h.rc < 0)
 			return h.rc;
 		if (tries > RMT_BUSY_TRIES) /* the server may see more */
