@@ -113,6 +113,7 @@
 #define OPQ_BATCH 64              /* ops per jnl_ops_ready() */
 #define CLAIM_MAX 64              /* chunks per claim (bytes bound it) */
 #define HANDLE_MAX 16             /* open remote files per stream */
+#define RMDIR_SETTLE_MS 12000     /* rmdir_settled(): 50 + 100 + ... ms */
 #define PARK_MAX 16               /* parked chunks per stream */
 #define PARK_RETRY_NS (30 * NS_PER_S)
 #define POLL_NS NS_PER_S          /* idle fallback poll */
@@ -1396,6 +1397,84 @@ static int replay_attrs(struct stream *s, const struct jnl_op *op,
 	return rc;
 }
 
+struct names {
+	char buf[256];
+	int n;
+};
+
+static int name_add(const char *name, const struct stat *st, void *arg)
+{
+	struct names *nm = arg;
+	size_t l = strlen(nm->buf);
+
+	(void)st;
+	if (nm->n++ < 5)
+		snprintf(nm->buf + l, sizeof(nm->buf) - l, "%s'%s'",
+			 l ? ", " : "", name);
+	return 0;
+}
+
+/* An rmdir the remote refused with ENOTEMPTY: say what is in it. */
+static void log_remote_names(struct stream *s)
+{
+	struct names nm = { .buf = "" };
+	int rc = rmt_readdir(s->r, s->path, name_add, &nm);
+
+	if (rc)
+		LOG_ERR("'%s' on the remote: cannot list it: %s", s->path,
+			strerror(-rc));
+	else
+		LOG_ERR("'%s' on the remote holds %d name%s: %s%s", s->path,
+			nm.n, nm.n == 1 ? "" : "s", nm.buf,
+			nm.n > 5 ? ", ..." : "");
+}
+
+/* Sleep @ms, less if the flusher stops; false if it does. */
+static bool nap(struct stream *s, int64_t ms)
+{
+	struct jnl_flusher *f = s->f;
+	int64_t until = jnl_mono_ns() + ms * NS_PER_MS;
+	bool go;
+
+	pthread_mutex_lock(&f->lock);
+	while (!f->stop && jnl_mono_ns() < until)
+		wait_until(f, &f->wake, until);
+	go = !f->stop;
+	pthread_mutex_unlock(&f->lock);
+	return go;
+}
+
+/*
+ * The rmdir of a directory the journal emptied. A server may answer
+ * ENOTEMPTY for a while and list nothing: nfs-ganesha did so in CI, once,
+ * while names in the directory were being removed on other connections
+ * (the driver's own retries had passed). So while the listing is empty,
+ * try again, waiting longer each time, up to RMDIR_SETTLE_MS in all; a
+ * name in it is another client's (or ours, behind the server's back): the
+ * server's answer stands.
+ */
+static int rmdir_settled(struct stream *s)
+{
+	int rc = rmt_rmdir(s->r, s->path);
+	int64_t ms = 50, waited = 0;
+
+	while (rc == -ENOTEMPTY && waited < RMDIR_SETTLE_MS) {
+		struct names nm = { .buf = "" };
+
+		if (rmt_readdir(s->r, s->path, name_add, &nm) || nm.n ||
+		    !nap(s, ms))
+			break;
+		waited += ms;
+		ms *= 2;
+		rc = rmt_rmdir(s->r, s->path);
+		if (rc != -ENOTEMPTY)
+			LOG_INFO("rmdir '%s': the remote answered ENOTEMPTY "
+				 "and listed nothing for %" PRId64 " ms",
+				 s->path, waited);
+	}
+	return rc;
+}
+
 /* Carry @op out on the remote (journal.h, "Op replay"). */
 static int replay_op(struct stream *s, const struct jnl_op *op,
 		     enum fault *fault)
@@ -1465,7 +1544,7 @@ static int replay_op(struct stream *s, const struct jnl_op *op,
 		rc = rmt_unlink(s->r, s->path);
 		return rc == -ENOENT ? 0 : rc;
 	case JNL_OP_RMDIR:
-		rc = rmt_rmdir(s->r, s->path);
+		rc = rmdir_settled(s);
 		return rc == -ENOENT ? 0 : rc;
 	case JNL_OP_RENAME:
 		return replay_rename(s, op);
@@ -1480,38 +1559,6 @@ static int replay_op(struct stream *s, const struct jnl_op *op,
 static bool moves_names(enum jnl_op_type t)
 {
 	return t == JNL_OP_UNLINK || t == JNL_OP_RMDIR || t == JNL_OP_RENAME;
-}
-
-struct names {
-	char buf[256];
-	int n;
-};
-
-static int name_add(const char *name, const struct stat *st, void *arg)
-{
-	struct names *nm = arg;
-	size_t l = strlen(nm->buf);
-
-	(void)st;
-	if (nm->n++ < 5)
-		snprintf(nm->buf + l, sizeof(nm->buf) - l, "%s'%s'",
-			 l ? ", " : "", name);
-	return 0;
-}
-
-/* An rmdir the remote refused with ENOTEMPTY: say what is in it. */
-static void log_remote_names(struct stream *s)
-{
-	struct names nm = { .buf = "" };
-	int rc = rmt_readdir(s->r, s->path, name_add, &nm);
-
-	if (rc)
-		LOG_ERR("'%s' on the remote: cannot list it: %s", s->path,
-			strerror(-rc));
-	else
-		LOG_ERR("'%s' on the remote holds %d name%s: %s%s", s->path,
-			nm.n, nm.n == 1 ? "" : "s", nm.buf,
-			nm.n > 5 ? ", ..." : "");
 }
 
 /* End op @op after its replay and ack gave @rc (invariant 6). */
