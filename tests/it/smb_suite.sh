@@ -301,6 +301,14 @@ daemon_check() {
 	done
 	workers=$(pgrep -P "${pid:-0}" | tr '\n' ' ')
 	n=$(echo "$workers" | wc -w)
+	# each a new image (exec), not a bare fork of the threaded daemon: a
+	# fork's child can block on a lock another thread held (CI saw ASan's)
+	for p in $workers; do
+		[ "$(tr '\0' ' ' </proc/$p/cmdline | cut -d' ' -f2)" = \
+			--ferryfs-smb-worker ] ||
+			{ echo "worker $p is not exec'ed: $(tr '\0' ' ' </proc/$p/cmdline)"
+			  fusermount3 -u "$mnt"; return 1; }
+	done
 	fusermount3 -u "$mnt" || return 1
 	[ -n "$pid" ] && [ "$n" -ge 3 ] ||
 		{ echo "daemon '$pid' with $n workers: $workers"; return 1; }
@@ -312,7 +320,7 @@ daemon_check() {
 	return 1
 }
 
-step "a daemon: workers of its own, all gone after the unmount" daemon_check
+step "a daemon: workers of its own (exec'ed), all gone after the unmount" daemon_check
 
 # --- what the share cannot hold ----------------------------------------------
 
