@@ -1018,15 +1018,21 @@ out:
 static void worker_call(struct worker *w, const struct req *q, struct rep *rep,
 			const void **out, size_t *olen)
 {
+	bool lost;
+
 	worker_do(w, q, rep, out, olen);
-	if (rep->rc < 0 && conn_lost((int)-rep->rc) && q->op != OP_CLOSE &&
-	    reconnect(w) == 0)
+	lost = rep->rc < 0 && conn_lost((int)-rep->rc);
+	if (lost && q->op == OP_HELLO)
+		return; /* never connected: spawn() says why, in its words */
+	if (lost && q->op != OP_CLOSE && reconnect(w) == 0) {
 		worker_do(w, q, rep, out, olen);
+		lost = rep->rc < 0 && conn_lost((int)-rep->rc);
+	}
 	if (rep->rc < 0 && !(q->op == OP_CLOSE && rep->rc == -EBADF))
 		rep->rc = smb_err((int)-rep->rc);
 	else if (rep->rc < 0)
 		rep->rc = 0; /* the close of a file of a dropped connection */
-	if (rep->rc >= 0 || !conn_lost((int)-rep->rc))
+	if (rep->rc >= 0 || !lost)
 		back_again(w);
 	if (q->op == OP_HELLO && rep->rc == 0)
 		w->lost = false;

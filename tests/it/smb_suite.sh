@@ -261,6 +261,32 @@ refuse "password in the url" "a password in the url is not taken" \
 	"smb://ferry:secret@$NAS_IP/nas/smb-refuse-$$" -o credentials="$CRED"
 refuse "missing credentials file" "cannot open credentials file" \
 	"$SMB_URL/smb-refuse-$$" -o credentials="$W/no-such-file"
+# no SMB server at that port of the NAS: its own error, not EIO
+refuse "no server at the address" "cannot connect to .*: Connection refused" \
+	"smb://ferry@$NAS_IP:4455/nas/smb-refuse-$$" -o credentials="$CRED"
+# a port that closes every connection at once: the network's error, not
+# "Input/output error" after "connection lost ... connection back"
+nsenter --net="$NAS_NETNS" python3 -c '
+import socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 4456))
+s.listen(8)
+s.settimeout(60)
+while True:
+    s.accept()[0].close()
+' 2>/dev/null &
+closer=$!
+sleep 0.5
+refuse "a server that closes the connection at once" \
+	"cannot connect to .*: (Connection reset|Network dropped|Software caused)" \
+	"smb://ferry@$NAS_IP:4456/nas/smb-refuse-$$" -o credentials="$CRED"
+if grep -q "connection back" "$W/refuse.log"; then
+	failed=1
+	summary+=("not ok - no 'connection back' for a connection never made FAILED")
+fi
+kill "$closer" 2>/dev/null
+wait "$closer" 2>/dev/null
 # ferry-agent writes owners and modes SMB would not give (fs/wb.c)
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$W/agent.key"
 chmod 0600 "$W/agent.key"
