@@ -364,6 +364,11 @@ void fs_wb_ops(struct fuse_lowlevel_ops *ops);
 void fs_fill_entry(struct fs *fs, struct fuse_entry_param *e,
 		   struct fs_inode *n, const struct stat *st);
 int fs_handle_put(struct fs *fs, struct fs_handle *h);
+/* The @size bytes of a WRITE's @in: libfuse's own buffer when they are in
+ * one (no SPLICE_READ: always), else a malloc'ed copy left in *copy for
+ * the caller to free. NULL with -errno in *rc. */
+const char *fs_write_bytes(struct fuse_bufvec *in, size_t size, char **copy,
+			   ssize_t *rc);
 #endif
 
 struct rmt_listing;

@@ -796,6 +796,28 @@ static ssize_t write_direct_done(struct fs *fs, fuse_req_t req,
 	return (ssize_t)len;
 }
 
+const char *fs_write_bytes(struct fuse_bufvec *in, size_t size, char **copy,
+			   ssize_t *rc)
+{
+	struct fuse_bufvec out = FUSE_BUFVEC_INIT(size);
+
+	*copy = NULL;
+	*rc = 0;
+	if (in->count == 1 && !in->idx && !in->off &&
+	    !(in->buf[0].flags & FUSE_BUF_IS_FD))
+		return in->buf[0].mem;
+	*copy = malloc(size ? size : 1);
+	if (!*copy) {
+		*rc = -ENOMEM;
+		return NULL;
+	}
+	out.buf[0].mem = *copy;
+	*rc = fuse_buf_copy(&out, in, 0);
+	if (*rc >= 0 && (size_t)*rc != size)
+		*rc = -EIO;
+	return *rc < 0 ? NULL : *copy;
+}
+
 static void op_write_buf(fuse_req_t req, fuse_ino_t ino,
 			 struct fuse_bufvec *in, off_t off,
 			 struct fuse_file_info *fi)
@@ -830,15 +852,10 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino,
 		if (rc > 0)
 			rmt_file_count_write(h->file, (uint64_t)rc);
 	} else {
-		buf = malloc(size ? size : 1);
-		if (!buf) {
-			rc = -ENOMEM;
-			goto out_unlock;
-		}
-		out.buf[0].mem = buf;
-		rc = fuse_buf_copy(&out, in, 0);
-		if (rc >= 0)
-			rc = rmt_file_pwrite(h->file, buf, (size_t)rc, off);
+		const char *data = fs_write_bytes(in, size, &buf, &rc);
+
+		if (data)
+			rc = rmt_file_pwrite(h->file, data, size, off);
 	}
 out_unlock:
 	if (h->append)

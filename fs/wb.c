@@ -1297,21 +1297,13 @@ static void wb_write_buf(fuse_req_t req, fuse_ino_t ino,
 	struct fs *fs = fs_of(req);
 	struct fs_handle *h = handle_of(fi);
 	size_t size = fuse_buf_size(in);
-	struct fuse_bufvec out = FUSE_BUFVEC_INIT(size);
 	uint64_t cs = jnl_chunk_size(fs->jnl);
-	char *buf = malloc(size ? size : 1);
+	char *buf;
 	ssize_t rc;
+	const char *data = fs_write_bytes(in, size, &buf, &rc);
 	int tries;
 
-	if (!buf) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	out.buf[0].mem = buf;
-	rc = fuse_buf_copy(&out, in, 0);
-	if (rc >= 0 && (size_t)rc != size)
-		rc = -EIO;
-	if (rc < 0)
+	if (!data)
 		goto out;
 	if (h->append)
 		pthread_mutex_lock(&h->inode->append_lock);
@@ -1324,7 +1316,7 @@ static void wb_write_buf(fuse_req_t req, fuse_ino_t ino,
 				break;
 			off = (off_t)nd.size;
 		}
-		rc = size ? jnl_write(fs->jnl, h->id, buf, size, off) : 0;
+		rc = size ? jnl_write(fs->jnl, h->id, data, size, off) : 0;
 		if (rc != -ENODATA)
 			break;
 		rc = fill_chunk(fs, h, (uint64_t)off / cs);
