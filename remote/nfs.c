@@ -1354,8 +1354,8 @@ static int hide_if_open(struct nrmt *n, const char *path)
 	if (!S_ISREG(st.st_mode) || st.st_nlink != 1)
 		return 0;
 	pthread_mutex_lock(&open_lock);
-	of = of_find(n, &st);
-	if (of && (of->hidden || of->refs == 0))
+	of = of_find(n, &st); /* none being closed */
+	if (of && of->hidden)
 		of = NULL;
 	if (of)
 		of->refs++; /* pinned: its last close waits for us */
