@@ -239,6 +239,14 @@ static void wait_until(struct jnl_flusher *f, pthread_cond_t *c, int64_t until)
 	pthread_cond_timedwait(c, &f->lock, &ts);
 }
 
+/* Sleep (f->lock held) until @until or stop(): false on stop. */
+static bool sleep_until(struct jnl_flusher *f, int64_t until)
+{
+	while (!f->stop && jnl_mono_ns() < until)
+		wait_until(f, &f->wake, until);
+	return !f->stop;
+}
+
 /* Errors of the remote that retrying will not cure (journal.h). */
 static bool permanent(int rc)
 {
@@ -610,9 +618,7 @@ static int bw_book(struct stream *s, size_t n)
 		f->tat = now - BW_BURST_NS;
 	f->tat += (int64_t)((double)n * (double)NS_PER_S / (double)f->bwlimit);
 	until = f->tat;
-	while (!f->stop && jnl_mono_ns() < until)
-		wait_until(f, &f->wake, until);
-	if (f->stop)
+	if (!sleep_until(f, until))
 		rc = -ECANCELED;
 	pthread_mutex_unlock(&f->lock);
 	return rc;
@@ -1433,13 +1439,10 @@ static void log_remote_names(struct stream *s)
 static bool nap(struct stream *s, int64_t ms)
 {
 	struct jnl_flusher *f = s->f;
-	int64_t until = jnl_mono_ns() + ms * NS_PER_MS;
 	bool go;
 
 	pthread_mutex_lock(&f->lock);
-	while (!f->stop && jnl_mono_ns() < until)
-		wait_until(f, &f->wake, until);
-	go = !f->stop;
+	go = sleep_until(f, jnl_mono_ns() + ms * NS_PER_MS);
 	pthread_mutex_unlock(&f->lock);
 	return go;
 }
