@@ -1127,56 +1127,52 @@ static void worker_main(struct worker *w)
 
 /*
  * The conf a worker needs, sent by spawn() ahead of its HELLO: struct
- * conf_msg, then server_len bytes of cf->server, base_len of cf->base.
+ * conf_lens, cf->user, cf->domain, cf->password (CRED_MAX bytes each),
+ * then server_len bytes of cf->server and base_len of cf->base.
  */
-struct conf_msg {
+struct conf_lens {
 	uint32_t server_len, base_len;
-	char user[CRED_MAX], domain[CRED_MAX], password[CRED_MAX];
 };
 
 static int recv_conf(int fd, struct conf *cf)
 {
-	struct conf_msg m;
-	int rc = recv_all(fd, &m, sizeof(m));
+	struct conf_lens l;
+	struct iovec iov[3] = { { cf->user, CRED_MAX },
+				{ cf->domain, CRED_MAX },
+				{ cf->password, CRED_MAX } };
+	int rc = recv_all(fd, &l, sizeof(l));
 
+	for (int i = 0; i < 3 && rc == 0; i++)
+		rc = recv_all(fd, iov[i].iov_base, iov[i].iov_len);
 	if (rc < 0)
 		return rc;
-	if (m.server_len >= PATH_MAX || m.base_len >= PATH_MAX ||
-	    memchr(m.user, 0, CRED_MAX) == NULL ||
-	    memchr(m.domain, 0, CRED_MAX) == NULL ||
-	    memchr(m.password, 0, CRED_MAX) == NULL)
+	if (l.server_len >= PATH_MAX || l.base_len >= PATH_MAX ||
+	    !memchr(cf->user, 0, CRED_MAX) ||
+	    !memchr(cf->domain, 0, CRED_MAX) ||
+	    !memchr(cf->password, 0, CRED_MAX))
 		return -EPROTO;
-	cf->server = calloc(1, m.server_len + 1);
-	cf->base = calloc(1, m.base_len + 1);
+	cf->server = calloc(1, l.server_len + 1);
+	cf->base = calloc(1, l.base_len + 1);
 	if (!cf->server || !cf->base)
 		return -ENOMEM;
-	rc = recv_all(fd, cf->server, m.server_len);
-	if (rc == 0)
-		rc = recv_all(fd, cf->base, m.base_len);
-	memcpy(cf->user, m.user, CRED_MAX);
-	memcpy(cf->domain, m.domain, CRED_MAX);
-	memcpy(cf->password, m.password, CRED_MAX);
-	explicit_bzero(&m, sizeof(m));
-	return rc;
+	rc = recv_all(fd, cf->server, l.server_len);
+	return rc ? rc : recv_all(fd, cf->base, l.base_len);
 }
 
-static int send_conf(int fd, const struct conf *cf)
+static int send_conf(int fd, struct conf *cf)
 {
-	struct conf_msg m = { .server_len = (uint32_t)strlen(cf->server),
-			      .base_len = (uint32_t)strlen(cf->base) };
-	struct iovec iov[3] = {
-		{ .iov_base = &m, .iov_len = sizeof(m) },
-		{ .iov_base = cf->server, .iov_len = m.server_len },
-		{ .iov_base = cf->base, .iov_len = m.base_len },
+	struct conf_lens l = { .server_len = (uint32_t)strlen(cf->server),
+			       .base_len = (uint32_t)strlen(cf->base) };
+	struct iovec iov[] = {
+		{ &l, sizeof(l) },
+		{ cf->user, CRED_MAX },
+		{ cf->domain, CRED_MAX },
+		{ cf->password, CRED_MAX },
+		{ cf->server, l.server_len },
+		{ cf->base, l.base_len },
 	};
-	int rc;
 
-	memcpy(m.user, cf->user, CRED_MAX);
-	memcpy(m.domain, cf->domain, CRED_MAX);
-	memcpy(m.password, cf->password, CRED_MAX);
-	rc = send_all(fd, iov, 3);
-	explicit_bzero(&m, sizeof(m));
-	return rc;
+	return send_all(fd, iov, (int)(sizeof(iov) / sizeof(iov[0])));
 }
 
 /*
