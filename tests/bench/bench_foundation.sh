@@ -108,23 +108,7 @@ shm_free=$(df -Pm "$SHM" | awk 'NR == 2 { print $4 }')
 
 log "bench: sources in $SHM: ${SIZE_MB} MiB file, $SMALL_FILES small files"
 head -c "${SIZE_MB}M" /dev/urandom >"$SHM/big.bin"
-perl -e '
-	my ($top, $nfiles, $ndirs) = @ARGV;
-	srand(20251129);
-	open(my $r, "<", "/dev/urandom") or die "urandom: $!";
-	read($r, my $pool, 1 << 20) == 1 << 20 or die "short read";
-	mkdir "$top" or die "$top: $!";
-	for my $d (0 .. $ndirs - 1) {
-		mkdir sprintf("%s/d%03d", $top, $d) or die;
-	}
-	for my $i (0 .. $nfiles - 1) {
-		my $len = 1024 + int(rand(15 * 1024 + 1));
-		my $off = int(rand((1 << 20) - $len));
-		my $p = sprintf("%s/d%03d/f%05d.dat", $top, $i % $ndirs, $i);
-		open(my $o, ">", $p) or die "$p: $!";
-		print $o substr($pool, $off, $len);
-		close($o) or die "$p: $!";
-	}' "$SHM/tree" "$SMALL_FILES" "$SMALL_DIRS"
+make_tree "$SHM/tree" "$SMALL_FILES" "$SMALL_DIRS"
 BIG_BYTES=$(stat -c %s "$SHM/big.bin")
 TREE_BYTES=$(find "$SHM/tree" -type f -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }')
 

@@ -85,17 +85,7 @@ free_mb=$(df -Pm "$WORK" | awk 'NR == 2 { print $4 }')
 
 log "bench: making the sources in $SHM"
 head -c $((SIZE_MB << 20)) /dev/urandom >"$SHM/big.bin"
-mkdir -p "$SHM/tree"
-perl -e '
-	my ($dir, $n) = @ARGV;
-	srand(7);
-	for my $i (0 .. $n - 1) {
-		my $d = sprintf("%s/d%02d", $dir, $i % 100);
-		mkdir $d;
-		open(my $f, ">", "$d/f$i") or die;
-		print $f "x" x (1024 + int(rand(15 * 1024)));
-		close $f;
-	}' "$SHM/tree" "$SMALL_FILES"
+make_tree "$SHM/tree" "$SMALL_FILES" 100
 tar -C "$SHM/tree" -cf "$SHM/tree.tar" .
 
 drop_caches() { sync && echo 3 >/proc/sys/vm/drop_caches; }

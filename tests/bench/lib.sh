@@ -7,6 +7,9 @@
 #   bench_ferryfs        FERRYFS (default $BUILD_DIR/fs/ferryfs) built if
 #                        missing, made absolute; warns of a sanitizer build
 #   die, log, median     (median: of the numbers on stdin)
+#   make_tree DIR N D    N files of 1-16 KiB of random bytes in D
+#                        directories under DIR (new), the same tree every
+#                        time
 #   drop_caches          sync, drop the page cache, then write PREFAULT_MB
 #                        MiB (unset or 0: none) once in /dev/shm and free
 #                        them: this VM's first touch of memory its host
@@ -67,4 +70,24 @@ bench_ferryfs() {
 	if grep -q 'FERRYFS_SANITIZE:BOOL=ON' "$(dirname "$FERRYFS")/../CMakeCache.txt" 2>/dev/null; then
 		log "bench: warning: $FERRYFS is a sanitizer build; numbers will be low"
 	fi
+}
+
+make_tree() {
+	perl -e '
+		my ($top, $nfiles, $ndirs) = @ARGV;
+		srand(20251129);
+		open(my $r, "<", "/dev/urandom") or die "urandom: $!";
+		read($r, my $pool, 1 << 20) == 1 << 20 or die "short read";
+		mkdir "$top" or die "$top: $!";
+		for my $d (0 .. $ndirs - 1) {
+			mkdir sprintf("%s/d%03d", $top, $d) or die;
+		}
+		for my $i (0 .. $nfiles - 1) {
+			my $len = 1024 + int(rand(15 * 1024 + 1));
+			my $off = int(rand((1 << 20) - $len));
+			my $p = sprintf("%s/d%03d/f%05d.dat", $top, $i % $ndirs, $i);
+			open(my $o, ">", $p) or die "$p: $!";
+			print $o substr($pool, $off, $len);
+			close($o) or die "$p: $!";
+		}' "$1" "$2" "$3"
 }

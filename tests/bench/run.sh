@@ -291,21 +291,10 @@ free_mb=$(df -Pm "$WORK" | awk 'NR == 2 { print $4 }')
 
 # --- sources --------------------------------------------------------------------------
 say "making the sources in $SHM"
-mkdir -p "$SHM/big" "$SHM/four" "$SHM/tree"
+mkdir -p "$SHM/big" "$SHM/four"
 head -c $((BIG_MB << 20)) /dev/urandom >"$SHM/big/big.bin"
 for i in 1 2 3 4; do head -c $((FOUR_MB << 20)) /dev/urandom >"$SHM/four/part$i.bin"; done
-perl -e '
-	my ($dir, $n) = @ARGV;
-	srand(7);
-	open(my $r, "<", "/dev/urandom") or die;
-	for my $i (0 .. $n - 1) {
-		my $d = sprintf("%s/d%02d", $dir, $i % 100);
-		mkdir $d;
-		read($r, my $buf, 1024 + int(rand(15 * 1024))) or die;
-		open(my $f, ">", "$d/f$i") or die;
-		print $f $buf;
-		close $f or die;
-	}' "$SHM/tree" "$TREE_N"
+make_tree "$SHM/tree" "$TREE_N" 100
 for w in "${WLS[@]}"; do
 	(cd "$SHM/$w" && find . -type f -print0 | sort -z | xargs -0 sha256sum) >"$SHM/$w.sha256"
 	WL_FILES[$w]=$(wc -l <"$SHM/$w.sha256")
