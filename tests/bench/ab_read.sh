@@ -69,7 +69,6 @@ log "ab_read: writing the $SIZE_MB MiB file"
 head -c $((SIZE_MB << 20)) /dev/urandom >"$WORK/share/big.bin"
 sync
 
-now() { date +%s%N; }
 read_secs() { # read_secs FILE: seconds of a dd of it
 	local t0 t1
 	drop_caches

@@ -116,31 +116,11 @@ settle() {
 		die "ferryfs flush --wait failed: $(tail -n 3 "$WORK/ferryfs.log")"
 	drop_caches
 }
-now() { date +%s%N; }
-secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (b - a) / 1e9 }'; }
 # run_WORKLOAD DIR: prints its seconds; every run writes new names
-run_cp_big() {
-	settle
-	local t0
-	t0=$(now)
-	cp "$SHM/big.bin" "$1/big-$i.bin"
-	secs "$t0" "$(now)"
-}
-run_read() {
-	settle
-	local t0
-	t0=$(now)
-	dd if="$1/big-$i.bin" of=/dev/null bs=1M status=none
-	secs "$t0" "$(now)"
-}
-run_cp_tree() {
-	settle
-	local t0
-	t0=$(now)
-	cp -a "$SHM/tree" "$1/tree-$i"
-	sync
-	secs "$t0" "$(now)"
-}
+cp_a_sync() { cp -a "$1" "$2" && sync; }
+run_cp_big() { settle && timed cp "$SHM/big.bin" "$1/big-$i.bin"; }
+run_read() { settle && timed dd if="$1/big-$i.bin" of=/dev/null bs=1M status=none; }
+run_cp_tree() { settle && timed cp_a_sync "$SHM/tree" "$1/tree-$i"; }
 
 SIDES=(local floor ferryfs)
 WORKLOADS=(cp-big read cp-tree)

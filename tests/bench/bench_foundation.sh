@@ -131,48 +131,34 @@ mkdir "$REMOTE/direct" "$MNT/via-mount"
 [[ -d "$REMOTE/via-mount" ]] || die "a mkdir through the mount did not reach the remote"
 
 # --- workloads: each prints the seconds it took -----------------------------------
-now() { date +%s%N; }
-secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (b - a) / 1e9 }'; }
 
-# run_write_dd DIR: DIR is <remote>/direct or <mount>/via-mount
+# run_WORKLOAD DIR: DIR is <remote>/direct or <mount>/via-mount
+cp_sync() { cp "$1" "$2" && sync "$2"; }
 run_write_dd() {
 	rm -f "$1/big.bin"
 	drop_caches
-	local t0
-	t0=$(now)
-	dd if="$SHM/big.bin" of="$1/big.bin" bs=1M conv=fsync status=none
-	secs "$t0" "$(now)"
+	timed dd if="$SHM/big.bin" of="$1/big.bin" bs=1M conv=fsync status=none
 }
 run_write_cp() {
 	rm -f "$1/big.bin"
 	drop_caches
-	local t0
-	t0=$(now)
-	cp "$SHM/big.bin" "$1/big.bin"
-	sync "$1/big.bin"
-	secs "$t0" "$(now)"
+	timed cp_sync "$SHM/big.bin" "$1/big.bin"
 }
 run_read_cold() {
 	local f=$REMOTE/read.bin
 	[[ "$1" == "$MNT"/* ]] && f=$MNT/read.bin
 	drop_caches
-	local t0
-	t0=$(now)
-	dd if="$f" of=/dev/null bs=1M status=none
-	secs "$t0" "$(now)"
+	timed dd if="$f" of=/dev/null bs=1M status=none
 }
 # Each run copies to a tree of its own; all are removed after the last run.
 # Not before each run: this machine's ext4 has no journal, and ext4 without
 # one skips the inodes freed in the last 60 s when it allocates, reading
 # their inode table blocks (recently_deleted() in a profile): creates right
 # after an rm -rf of 10,000 files took up to twice as long, on both sides.
+cp_a_sync() { cp -a "$1" "$2" && sync; }
 run_small_cp() {
 	drop_caches
-	local t0
-	t0=$(now)
-	cp -a "$SHM/tree" "$1/tree-$i"
-	sync
-	secs "$t0" "$(now)"
+	timed cp_a_sync "$SHM/tree" "$1/tree-$i"
 }
 
 WORKLOADS=(write-dd write-cp read-cold small-cp)

@@ -71,8 +71,6 @@ head -c $((SIZE_MB << 20)) /dev/urandom >"$WORK/share/big.bin"
 cp "$WORK/share/big.bin" "$WORK/local/big.bin"
 sync
 
-now() { date +%s%N; }
-secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (b - a) / 1e9 }'; }
 read_secs() { # read_secs FILE: seconds of a cold dd of it
 	local t0 t1
 	drop_caches

@@ -89,8 +89,6 @@ make_tree "$SHM/tree" "$SMALL_FILES" 100
 tar -C "$SHM/tree" -cf "$SHM/tree.tar" .
 
 drop_caches() { sync && echo 3 >/proc/sys/vm/drop_caches; }
-now() { date +%s%N; }
-secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (b - a) / 1e9 }'; }
 
 # mount_mode MODE: a fresh share (and journal) mounted in MODE (wt | wb)
 mount_mode() {

@@ -7,6 +7,9 @@
 #   bench_ferryfs        FERRYFS (default $BUILD_DIR/fs/ferryfs) built if
 #                        missing, made absolute; warns of a sanitizer build
 #   die, log, median     (median: of the numbers on stdin)
+#   now, secs T0 T1      nanoseconds now; seconds from T0 to T1 (%.3f)
+#   timed CMD...         runs CMD (its stdout must be empty), prints its
+#                        seconds
 #   make_tree DIR N D    N files of 1-16 KiB of random bytes in D
 #                        directories under DIR (new), the same tree every
 #                        time
@@ -21,6 +24,16 @@ die() {
 	exit 1
 }
 log() { printf '%s\n' "$*" >&2; }
+
+now() { date +%s%N; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (b - a) / 1e9 }'; }
+
+timed() {
+	local t0
+	t0=$(now)
+	"$@"
+	secs "$t0" "$(now)"
+}
 
 median() {
 	tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 }

@@ -320,8 +320,6 @@ fail() {
 }
 na() { NA_CELLS["$1|$2"]=$3; }
 
-now() { date +%s%N; }
-secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (b - a) / 1e9 }'; }
 lastlog() { tail -n 2 "$1" 2>/dev/null | tr '\n' ' ' | cut -c1-160; }
 
 # timed LOG CMD...: T = wall seconds of CMD; fails if CMD fails
