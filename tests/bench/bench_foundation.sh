@@ -137,18 +137,18 @@ cp_sync() { cp "$1" "$2" && sync "$2"; }
 run_write_dd() {
 	rm -f "$1/big.bin"
 	drop_caches
-	timed dd if="$SHM/big.bin" of="$1/big.bin" bs=1M conv=fsync status=none
+	seconds_of dd if="$SHM/big.bin" of="$1/big.bin" bs=1M conv=fsync status=none
 }
 run_write_cp() {
 	rm -f "$1/big.bin"
 	drop_caches
-	timed cp_sync "$SHM/big.bin" "$1/big.bin"
+	seconds_of cp_sync "$SHM/big.bin" "$1/big.bin"
 }
 run_read_cold() {
 	local f=$REMOTE/read.bin
 	[[ "$1" == "$MNT"/* ]] && f=$MNT/read.bin
 	drop_caches
-	timed dd if="$f" of=/dev/null bs=1M status=none
+	seconds_of dd if="$f" of=/dev/null bs=1M status=none
 }
 # Each run copies to a tree of its own; all are removed after the last run.
 # Not before each run: this machine's ext4 has no journal, and ext4 without
@@ -158,7 +158,7 @@ run_read_cold() {
 cp_a_sync() { cp -a "$1" "$2" && sync; }
 run_small_cp() {
 	drop_caches
-	timed cp_a_sync "$SHM/tree" "$1/tree-$i"
+	seconds_of cp_a_sync "$SHM/tree" "$1/tree-$i"
 }
 
 WORKLOADS=(write-dd write-cp read-cold small-cp)

@@ -8,7 +8,7 @@
 #                        missing, made absolute; warns of a sanitizer build
 #   die, log, median     (median: of the numbers on stdin)
 #   now, secs T0 T1      nanoseconds now; seconds from T0 to T1 (%.3f)
-#   timed CMD...         runs CMD (its stdout must be empty), prints its
+#   seconds_of CMD...    runs CMD (its stdout must be empty), prints its
 #                        seconds
 #   make_tree DIR N D    N files of 1-16 KiB of random bytes in D
 #                        directories under DIR (new), the same tree every
@@ -28,7 +28,7 @@ log() { printf '%s\n' "$*" >&2; }
 now() { date +%s%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (b - a) / 1e9 }'; }
 
-timed() {
+seconds_of() {
 	local t0
 	t0=$(now)
 	"$@"
