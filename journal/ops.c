@@ -452,6 +452,102 @@ static int whiteout_done(struct jnl_wtx *w, jnl_id parent, const char *name,
 	return jnl_dentry_del(w->j, w->txn, parent, name);
 }
 
+/* Does a pending op on node @id put it at (parent, name), a name the
+ * remote does not have yet? */
+static int pending_target(struct jnl_wtx *w, jnl_id id, jnl_id parent,
+			  const char *name, bool *yes)
+{
+	struct jnl_orec *o = malloc(sizeof(*o));
+	MDB_cursor *c;
+	MDB_val k, v;
+	int rc;
+
+	*yes = false;
+	if (!o)
+		return -ENOMEM;
+	rc = mdb_cursor_open(w->txn, w->j->db_ops, &c);
+	if (rc) {
+		free(o);
+		return jnl_mdb(w->j, rc);
+	}
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); !rc && !*yes;
+	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		if (k.mv_size != 8)
+			break; /* jnl_op_read() of it says why */
+		rc = jnl_op_read(w->j, w->txn, jnl_be64_get(k.mv_data), o);
+		if (rc)
+			break;
+		if (o->r.type == JNL_OP_RENAME)
+			*yes = (o->r.id == id && o->r.newparent == parent &&
+				!strcmp(o->newname, name)) ||
+			       ((o->r.flags & RENAME_EXCHANGE) &&
+				o->r.id2 == id && o->r.parent == parent &&
+				!strcmp(o->name, name));
+		else
+			*yes = o->r.id == id && o->r.parent == parent &&
+			       !strcmp(o->name, name) &&
+			       o->r.type != JNL_OP_UNLINK &&
+			       o->r.type != JNL_OP_RMDIR;
+	}
+	mdb_cursor_close(c);
+	free(o);
+	if (rc == MDB_NOTFOUND)
+		return 0;
+	return rc > 0 ? jnl_mdb(w->j, rc) : rc;
+}
+
+/*
+ * Node @a (@id) lost the name the remote had it at, but keeps others: a
+ * hard link whose newest name was removed. Place it at one of its names
+ * in the merged view that the remote has (its parent placed, no pending op
+ * making the name), if there is one; else it stays nowhere until an op
+ * gives it a name (a rename's or link's ack). @p: room for a parent.
+ * Rare (an unlink of a linked file's remote name): a scan of the dentries
+ * and of the pending ops.
+ */
+static int place_elsewhere(struct jnl_wtx *w, jnl_id id, struct jnl_nrec *a,
+			   struct jnl_nrec *p)
+{
+	char name[NAME_MAX + 1];
+	MDB_cursor *c;
+	MDB_val k, v;
+	int rc;
+
+	rc = mdb_cursor_open(w->txn, w->j->db_dentries, &c);
+	if (rc)
+		return jnl_mdb(w->j, rc);
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); !rc && !a->r.rparent;
+	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		struct jnl_dval d;
+		jnl_id parent;
+		bool pending;
+
+		if (v.mv_size != sizeof(d) || k.mv_size <= 8 ||
+		    k.mv_size > 8 + NAME_MAX)
+			continue;
+		memcpy(&d, v.mv_data, sizeof(d));
+		if (d.id != id)
+			continue;
+		parent = jnl_be64_get(k.mv_data);
+		memcpy(name, (const char *)k.mv_data + 8, k.mv_size - 8);
+		name[k.mv_size - 8] = 0;
+		if (parent != JNL_ROOT) {
+			rc = jnl_node_read(w->j, w->txn, parent, p);
+			if (rc)
+				break;
+			if (!p->r.rparent)
+				continue;
+		}
+		rc = pending_target(w, id, parent, name, &pending);
+		if (!rc && !pending)
+			place(a, parent, name);
+	}
+	mdb_cursor_close(c);
+	if (rc == MDB_NOTFOUND)
+		return 0;
+	return rc > 0 ? jnl_mdb(w->j, rc) : rc;
+}
+
 static int ack_effects(struct jnl_wtx *w, const struct jnl_orec *o,
 		       struct jnl_nrec *a, struct jnl_nrec *b)
 {
@@ -483,7 +579,10 @@ static int ack_effects(struct jnl_wtx *w, const struct jnl_orec *o,
 		rc = jnl_node_read(w->j, w->txn, r->id, a);
 		if (!rc && at(a, r->parent, o->name)) {
 			place(a, 0, "");
-			rc = jnl_node_write(w->j, w->txn, r->id, a);
+			if (!(a->r.flags & JNL_NODE_UNLINKED))
+				rc = place_elsewhere(w, r->id, a, b);
+			if (!rc)
+				rc = jnl_node_write(w->j, w->txn, r->id, a);
 		}
 		return rc ? rc : whiteout_done(w, r->parent, o->name, o->seq);
 	case JNL_OP_RENAME:
@@ -498,7 +597,10 @@ static int ack_effects(struct jnl_wtx *w, const struct jnl_orec *o,
 			else
 				place(b, 0, "");
 		}
-		if (at(a, r->parent, o->name))
+		/* nowhere but named (place_elsewhere() found no name the
+		 * remote has): the remote has it at the new name now */
+		if (at(a, r->parent, o->name) ||
+		    (!a->r.rparent && !(a->r.flags & JNL_NODE_UNLINKED)))
 			place(a, r->newparent, o->newname);
 		rc = jnl_node_write(w->j, w->txn, r->id, a);
 		if (!rc && r->id2)
@@ -509,10 +611,8 @@ static int ack_effects(struct jnl_wtx *w, const struct jnl_orec *o,
 	case JNL_OP_LINK:
 		/* the new name is on the remote: the node's data goes there
 		 * from now on, so that an unlink of the old name (ordered
-		 * after this op) does not leave it nowhere. Not handled: an
-		 * unlink of this newest name while an older one remains
-		 * leaves the node nowhere (its later changes are refused
-		 * as JNL_NODE_ERROR) */
+		 * after this op) does not leave it nowhere; an unlink of this
+		 * newest name goes back to an older one (place_elsewhere()) */
 		rc = jnl_node_read(w->j, w->txn, r->id, a);
 		if (rc)
 			return rc;

@@ -86,5 +86,16 @@ out=$(getfattr --absolute-names -d -m - "$REMOTE/f" 2>&1)
 grep -q ferryfs <<<"$out" && bad "user.ferryfs.state is not stored on the remote" "$out" ||
 	ok "user.ferryfs.state is not stored on the remote"
 
+# a hard link's newest name removed while an older one remains: what was
+# written through it reaches the older name (the flush used to park it
+# nowhere, and flush --wait waited for ever)
+echo one >"$MNT/hl1"
+check "flush --wait (hard links)" "$FERRYFS" flush "$MNT" --wait
+ln "$MNT/hl1" "$MNT/hl2" && echo two >>"$MNT/hl2" && rm "$MNT/hl2"
+check "flush --wait after the newest link is removed" timeout 60 "$FERRYFS" flush "$MNT" --wait
+[ "$(cat "$REMOTE/hl1" 2>&1)" = "$(printf 'one\ntwo')" ] && [ ! -e "$REMOTE/hl2" ] &&
+	ok "the remote has the older name with what the newest one wrote" ||
+	bad "the remote has the older name with what the newest one wrote" "$(ls "$REMOTE"; cat "$REMOTE/hl1")"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -173,6 +173,21 @@ static void ack_everything(struct jnl *j)
 	jnl_assert_sane(j);
 }
 
+/* Hand out what is ready and ack the ops of @type only. */
+static void ack_only(struct jnl *j, enum jnl_op_type type)
+{
+	struct jnl_op ops[64];
+	int n = jnl_ops_ready(j, ops, 64);
+
+	assert_true(n > 0);
+	for (int i = 0; i < n; i++) {
+		if (ops[i].type == type)
+			assert_rc_ok(jnl_op_ack(j, ops[i].seq));
+		else
+			assert_rc_ok(jnl_op_fail(j, ops[i].seq, false));
+	}
+}
+
 static const struct jnl_op *find_op(const struct jnl_op *ops, int n,
 				    enum jnl_op_type type, jnl_id id)
 {
@@ -752,6 +767,55 @@ static void test_journal__link_ack_moves_the_remote_name(void **state)
 	assert_rc_ok(jnl_node_get(fx->j, f, &n));
 	assert_int_equal(n.nlink, 1);
 	assert_false(n.flags & JNL_NODE_UNLINKED);
+	jnl_assert_sane(fx->j);
+}
+
+/* The unlink of the newest name while an older one remains: the node goes
+ * back to a name the remote has, acked link or not, and a name another
+ * pending op makes is not taken for one the remote has. */
+static void test_journal__unlink_of_newest_link_keeps_older_name(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_node n;
+	jnl_id f, g;
+
+	f = mk_file(fx->j, JNL_ROOT, "k1");
+	assert_rc_ok(jnl_sync(fx->j));
+	ack_everything(fx->j);
+	/* link acked, then its name removed */
+	assert_rc_ok(jnl_link(fx->j, f, JNL_ROOT, "k2"));
+	assert_rc_ok(jnl_sync(fx->j));
+	ack_everything(fx->j);
+	assert_rpath(fx->j, f, "k2");
+	assert_rc_ok(jnl_unlink(fx->j, JNL_ROOT, "k2"));
+	assert_rc_ok(jnl_sync(fx->j));
+	ack_everything(fx->j);
+	assert_rpath(fx->j, f, "k1");
+	/* link and unlink acked together */
+	assert_rc_ok(jnl_link(fx->j, f, JNL_ROOT, "k3"));
+	assert_rc_ok(jnl_unlink(fx->j, JNL_ROOT, "k3"));
+	assert_rc_ok(jnl_sync(fx->j));
+	ack_everything(fx->j);
+	assert_rpath(fx->j, f, "k1");
+	assert_rc_ok(jnl_node_get(fx->j, f, &n));
+	assert_int_equal(n.nlink, 1);
+	assert_false(n.flags & JNL_NODE_UNLINKED);
+	/* the only other name is one a pending rename makes: the remote has
+	 * the rename's source; the node is placed when the rename is acked */
+	g = mk_file(fx->j, JNL_ROOT, "m1");
+	assert_rc_ok(jnl_sync(fx->j));
+	ack_everything(fx->j);
+	assert_rc_ok(jnl_link(fx->j, g, JNL_ROOT, "m2"));
+	assert_rc_ok(jnl_sync(fx->j));
+	ack_everything(fx->j);
+	assert_rc_ok(jnl_unlink(fx->j, JNL_ROOT, "m2"));
+	assert_rc_ok(jnl_rename(fx->j, JNL_ROOT, "m1", JNL_ROOT, "m3", 0));
+	assert_rc_ok(jnl_sync(fx->j));
+	ack_only(fx->j, JNL_OP_UNLINK);
+	assert_int_equal(jnl_node_rpath(fx->j, g, (char[64]){ 0 }, 64),
+			 -ENOENT);
+	ack_everything(fx->j);
+	assert_rpath(fx->j, g, "m3");
 	jnl_assert_sane(fx->j);
 }
 
@@ -2566,6 +2630,7 @@ int main(void)
 		T(test_journal__names_are_checked),
 		T(test_journal__create_link_symlink_setattr),
 		T(test_journal__link_ack_moves_the_remote_name),
+		T(test_journal__unlink_of_newest_link_keeps_older_name),
 		T(test_journal__refresh_only_when_nothing_pending),
 		T(test_journal__conflict_base_tracking),
 		T(test_journal__conflict_conversion),
