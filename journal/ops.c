@@ -472,8 +472,10 @@ static int pending_target(struct jnl_wtx *w, jnl_id id, jnl_id parent,
 	}
 	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); !rc && !*yes;
 	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
-		if (k.mv_size != 8)
-			break; /* jnl_op_read() of it says why */
+		if (k.mv_size != 8) {
+			rc = MDB_CORRUPTED; /* as jnl_ops_ready() */
+			break;
+		}
 		rc = jnl_op_read(w->j, w->txn, jnl_be64_get(k.mv_data), o);
 		if (rc)
 			break;
@@ -523,8 +525,10 @@ static int place_elsewhere(struct jnl_wtx *w, jnl_id id, struct jnl_nrec *a,
 		bool pending;
 
 		if (v.mv_size != sizeof(d) || k.mv_size <= 8 ||
-		    k.mv_size > 8 + NAME_MAX)
-			continue;
+		    k.mv_size > 8 + NAME_MAX) {
+			rc = MDB_CORRUPTED; /* as dir_has_names() */
+			break;
+		}
 		memcpy(&d, v.mv_data, sizeof(d));
 		if (d.id != id)
 			continue;
