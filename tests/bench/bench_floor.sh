@@ -117,7 +117,6 @@ settle() {
 	drop_caches
 }
 # run_WORKLOAD DIR: prints its seconds; every run writes new names
-cp_a_sync() { cp -a "$1" "$2" && sync; }
 run_cp_big() { settle && seconds_of cp "$SHM/big.bin" "$1/big-$i.bin"; }
 run_read() { settle && seconds_of dd if="$1/big-$i.bin" of=/dev/null bs=1M status=none; }
 run_cp_tree() { settle && seconds_of cp_a_sync "$SHM/tree" "$1/tree-$i"; }

@@ -155,7 +155,6 @@ run_read_cold() {
 # one skips the inodes freed in the last 60 s when it allocates, reading
 # their inode table blocks (recently_deleted() in a profile): creates right
 # after an rm -rf of 10,000 files took up to twice as long, on both sides.
-cp_a_sync() { cp -a "$1" "$2" && sync; }
 run_small_cp() {
 	drop_caches
 	seconds_of cp_a_sync "$SHM/tree" "$1/tree-$i"

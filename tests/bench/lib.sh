@@ -10,6 +10,7 @@
 #   now, secs T0 T1      nanoseconds now; seconds from T0 to T1 (%.3f)
 #   seconds_of CMD...    runs CMD (its stdout must be empty), prints its
 #                        seconds
+#   cp_a_sync SRC DST    cp -a SRC DST, then sync (the small-file workload)
 #   make_tree DIR N D    N files of 1-16 KiB of random bytes in D
 #                        directories under DIR (new), the same tree every
 #                        time
@@ -34,6 +35,8 @@ seconds_of() {
 	"$@"
 	secs "$t0" "$(now)"
 }
+
+cp_a_sync() { cp -a "$1" "$2" && sync; }
 
 median() {
 	tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 }
