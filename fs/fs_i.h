@@ -286,6 +286,13 @@ struct fs {
  * is not on the remote yet). */
 int fs_rpath(struct fs *fs, struct fs_inode *n, const char *name, char *buf);
 
+/* Write-back mode: the journal's names held (jnl_names_hold()) across the
+ * resolution of a remote path and its use, so that the flusher moves no
+ * name meanwhile. Never hold twice, never across a wait for the kernel
+ * (a notify) or the flusher. Nothing in write-through mode. */
+void fs_names_hold(struct fs *fs);
+void fs_names_release(struct fs *fs);
+
 /* wb.c: open the journal and start the flusher (fs_wb_start), stop both
  * (fs_wb_stop: says what stays pending), and the control commands. */
 int fs_wb_open(struct fs *fs, bool check_only);

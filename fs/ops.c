@@ -630,11 +630,13 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct rmt_file *f;
 	char path[PATH_MAX];
 	struct stat st;
-	int rc = fs_rpath(fs, n, NULL, path);
+	int rc;
 
-	if (rc < 0)
-		goto out_err;
-	rc = rmt_file_open(fs->rmt, path, fi->flags & ~O_CREAT, 0, &f);
+	fs_names_hold(fs);
+	rc = fs_rpath(fs, n, NULL, path);
+	if (rc == 0)
+		rc = rmt_file_open(fs->rmt, path, fi->flags & ~O_CREAT, 0, &f);
+	fs_names_release(fs);
 	if (rc < 0)
 		goto out_err;
 	rc = rmt_file_stat(f, &st);

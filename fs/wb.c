@@ -103,6 +103,34 @@ static int id_rpath(struct fs *fs, jnl_id id, const char *name, char *buf)
 	return join(buf, base, name ? name : "");
 }
 
+void fs_names_hold(struct fs *fs)
+{
+	if (fs->jnl)
+		jnl_names_hold(fs->jnl);
+}
+
+void fs_names_release(struct fs *fs)
+{
+	if (fs->jnl)
+		jnl_names_release(fs->jnl);
+}
+
+/* rmt_stat() at node @id's remote path (+ "/@name"), the names held
+ * across both (journal.h, jnl_names_hold()). */
+static int id_stat(struct fs *fs, jnl_id id, const char *name,
+		   struct stat *st)
+{
+	char path[PATH_MAX];
+	int rc;
+
+	jnl_names_hold(fs->jnl);
+	rc = id_rpath(fs, id, name, path);
+	if (rc == 0)
+		rc = rmt_stat(fs->rmt, path, st);
+	jnl_names_release(fs->jnl);
+	return rc;
+}
+
 int fs_rpath(struct fs *fs, struct fs_inode *n, const char *name, char *buf)
 {
 	char rel[PATH_MAX], base[PATH_MAX];
@@ -193,7 +221,6 @@ static bool ts_eq(struct timespec a, struct timespec b)
 static int node_stat_fresh(struct fs *fs, jnl_id *id, struct jnl_node *nd,
 			   struct stat *st)
 {
-	char path[PATH_MAX];
 	struct jnl_node tmp;
 	struct stat rs;
 	jnl_id sid;
@@ -205,8 +232,7 @@ static int node_stat_fresh(struct fs *fs, jnl_id *id, struct jnl_node *nd,
 	if (rc < 0)
 		return rc;
 	if (S_ISREG(nd->mode) && node_clean(nd) &&
-	    id_rpath(fs, *id, NULL, path) == 0 &&
-	    rmt_stat(fs->rmt, path, &rs) == 0 &&
+	    id_stat(fs, *id, NULL, &rs) == 0 &&
 	    ((uint64_t)rs.st_size != nd->size || !ts_eq(rs.st_mtim, nd->mtime) ||
 	     rs.st_mode != nd->mode || rs.st_uid != nd->uid ||
 	     rs.st_gid != nd->gid || nd->base == JNL_BASE_SENDING) &&
@@ -217,8 +243,7 @@ static int node_stat_fresh(struct fs *fs, jnl_id *id, struct jnl_node *nd,
 		if (rc < 0)
 			return rc;
 	} else if (nd->base == JNL_BASE_SET && !node_clean(nd) &&
-		   id_rpath(fs, *id, NULL, path) == 0 &&
-		   rmt_stat(fs->rmt, path, &rs) == 0 &&
+		   id_stat(fs, *id, NULL, &rs) == 0 &&
 		   !jnl_node_base_is(nd, &rs) &&
 		   jnl_conflict_resolve(fs->jnl, fs->rmt, *id, nd->base_seq,
 					&rs, 0, &sid) == 0) {
@@ -259,7 +284,7 @@ static jnl_id inode_id(struct fs *fs, struct fs_inode *n)
  */
 static int ensure_id(struct fs *fs, struct fs_inode *n, jnl_id *out)
 {
-	char name[NAME_MAX + 1], path[PATH_MAX];
+	char name[NAME_MAX + 1];
 	struct fs_inode *parent;
 	struct stat st;
 	jnl_id pid, id;
@@ -274,9 +299,7 @@ static int ensure_id(struct fs *fs, struct fs_inode *n, jnl_id *out)
 	rc = ensure_id(fs, parent, &pid);
 	fs_itab_unref(fs->itab, parent);
 	if (rc == 0)
-		rc = id_rpath(fs, pid, name, path);
-	if (rc == 0)
-		rc = rmt_stat(fs->rmt, path, &st);
+		rc = id_stat(fs, pid, name, &st);
 	if (rc == -ENOENT)
 		rc = -ESTALE;
 	if (rc == 0 && (n->dev != (uint64_t)st.st_dev ||
@@ -350,7 +373,7 @@ static int find_in(struct fs *fs, jnl_id pid, struct fs_inode *parent,
 		   const char *name, struct found *f)
 {
 	char path[PATH_MAX];
-	bool whiteout;
+	bool whiteout, asked;
 	int rc;
 
 	memset(f, 0, sizeof(*f));
@@ -377,14 +400,17 @@ static int find_in(struct fs *fs, jnl_id pid, struct fs_inode *parent,
 			return rc;
 		if (fresh_here(fs, pid))
 			return -ENOENT;
-		rc = id_rpath(fs, pid, name, path); /* -ENOENT: LOCAL */
-	} else {
-		rc = fs_rpath(fs, parent, name, path);
 	}
-	if (rc < 0)
-		return rc;
-	rc = rmt_stat(fs->rmt, path, &f->st);
-	if (remote_down(rc) && pid && created_here(fs, pid))
+	jnl_names_hold(fs->jnl);
+	if (pid)
+		rc = id_rpath(fs, pid, name, path); /* -ENOENT: LOCAL */
+	else
+		rc = fs_rpath(fs, parent, name, path);
+	asked = rc == 0;
+	if (asked)
+		rc = rmt_stat(fs->rmt, path, &f->st);
+	jnl_names_release(fs->jnl);
+	if (asked && remote_down(rc) && pid && created_here(fs, pid))
 		rc = -ENOENT;
 	return rc;
 }
@@ -422,9 +448,11 @@ static int inode_attr(struct fs *fs, struct fs_inode *n, struct stat *st)
 
 	if (id && !is_root(fs, n))
 		return node_stat(fs, id, NULL, st);
+	jnl_names_hold(fs->jnl);
 	rc = fs_rpath(fs, n, NULL, path);
 	if (rc == 0)
 		rc = rmt_stat(fs->rmt, path, st);
+	jnl_names_release(fs->jnl);
 	if (rc == 0 && (n->dev != (uint64_t)st->st_dev ||
 			n->ino != (uint64_t)st->st_ino))
 		rc = -ESTALE;
@@ -476,28 +504,35 @@ static int cmp_name(const void *a, const void *b)
 	return strcmp(a, b);
 }
 
-static int merged_empty(struct fs *fs, jnl_id id, const char *path)
+/* Is directory @id, or the share's (@pid, @name) the journal does not
+ * know (@id 0), empty in the merged view? */
+static int merged_empty(struct fs *fs, jnl_id id, jnl_id pid,
+			const char *name)
 {
 	struct dir_scan s = { .fs = fs, .dir = id, .collect = true };
 	struct rmt_listing l = { 0 };
 	char rp[PATH_MAX];
+	bool listed;
 	size_t i;
-	int rc;
+	int rc = 0;
 
 	/* the journal first, then the share: a name the share still lists
 	 * was whited out here before its removal reached the share, and
 	 * its whiteout goes only after that (the other order races) */
+	jnl_names_hold(fs->jnl);
 	if (id) {
 		rc = jnl_readdir(fs->jnl, id, scan_names, &s);
 		if (rc == 0 && s.found)
 			rc = -ENOTEMPTY;
-		if (rc == 0)
-			rc = id_rpath(fs, id, NULL, rp);
-		if (rc < 0)
-			goto out;
-		path = rp;
 	}
-	rc = rmt_list(fs->rmt, path, &l);
+	if (rc == 0)
+		rc = id ? id_rpath(fs, id, NULL, rp) : id_rpath(fs, pid, name, rp);
+	listed = rc == 0;
+	if (listed)
+		rc = rmt_list(fs->rmt, rp, &l);
+	jnl_names_release(fs->jnl);
+	if (!listed)
+		goto out;
 	if (remote_down(rc) && id && created_here(fs, id))
 		rc = 0; /* l is empty or partial: the journal answers */
 	for (i = 0; rc == 0 && i < l.n; i++) {
@@ -593,7 +628,9 @@ static void wb_getattr(fuse_req_t req, fuse_ino_t ino,
 		return;
 	}
 	if (!id) {
+		jnl_names_hold(fs->jnl); /* its remote path */
 		fs_wt_ops.getattr(req, ino, fi);
+		jnl_names_release(fs->jnl);
 		return;
 	}
 	rc = node_stat_fresh(fs, &id, NULL, &st);
@@ -693,15 +730,19 @@ static void wb_readlink(fuse_req_t req, fuse_ino_t ino)
 	int rc;
 
 	if (!id) {
+		jnl_names_hold(fs->jnl); /* its remote path */
 		fs_wt_ops.readlink(req, ino);
+		jnl_names_release(fs->jnl);
 		return;
 	}
 	rc = jnl_readlink(fs->jnl, id, target, sizeof(target));
 	if (rc == -ENODATA) { /* imported: the remote has the target */
+		jnl_names_hold(fs->jnl);
 		rc = id_rpath(fs, id, NULL, path);
 		if (rc == 0)
 			rc = rmt_readlink(fs->rmt, path, target,
 					  sizeof(target));
+		jnl_names_release(fs->jnl);
 	}
 	if (rc < 0)
 		reply_err(req, rc);
@@ -899,7 +940,6 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 {
 	struct fs *fs = fs_of(req);
 	struct fs_inode *p = inode_of(fs, parent);
-	char path[PATH_MAX];
 	struct found f;
 	jnl_id pid;
 	int rc = ensure_id(fs, p, &pid);
@@ -912,10 +952,8 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 		rc = -ENOTDIR;
 	else if (!dir && S_ISDIR(f.st.st_mode))
 		rc = -EISDIR;
-	else if (dir && f.journal)
-		rc = merged_empty(fs, f.id, NULL);
-	else if (dir && (rc = id_rpath(fs, pid, name, path)) == 0)
-		rc = merged_empty(fs, 0, path);
+	else if (dir)
+		rc = merged_empty(fs, f.journal ? f.id : 0, pid, name);
 	if (rc == 0)
 		rc = import_found(fs, pid, name, &f);
 	if (rc == 0 && !dir)
@@ -945,7 +983,6 @@ static void wb_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 {
 	struct fs *fs = fs_of(req);
 	struct fs_inode *p1 = inode_of(fs, parent), *p2 = inode_of(fs, newparent);
-	char path[PATH_MAX];
 	struct found src, dst;
 	bool have_dst = false;
 	jnl_id pid1, pid2;
@@ -992,10 +1029,9 @@ static void wb_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 			rc = -ENOTDIR;
 		else if (!sdir && ddir)
 			rc = -EISDIR;
-		else if (ddir && dst.journal)
-			rc = merged_empty(fs, dst.id, NULL);
-		else if (ddir && (rc = id_rpath(fs, pid2, newname, path)) == 0)
-			rc = merged_empty(fs, 0, path);
+		else if (ddir)
+			rc = merged_empty(fs, dst.journal ? dst.id : 0, pid2,
+					  newname);
 	}
 	if (rc == 0 && have_dst && !(flags & RENAME_EXCHANGE))
 		hold_remote(fs, &dst.st); /* replaced */
@@ -1164,11 +1200,13 @@ static int handle_remote(struct fs *fs, struct fs_handle *h,
 	int rc = 0;
 
 	pthread_mutex_lock(&h->lock);
-	if (!h->file) {
+	if (!h->file) { /* it then follows the file through renames */
+		jnl_names_hold(fs->jnl);
 		rc = id_rpath(fs, h->id, NULL, path);
 		if (rc == 0)
 			rc = rmt_file_open(fs->rmt, path, O_RDONLY, 0,
 					   &h->file);
+		jnl_names_release(fs->jnl);
 	}
 	*out = h->file;
 	pthread_mutex_unlock(&h->lock);
@@ -1557,6 +1595,8 @@ int fs_wb_dir_fill(struct fs *fs, struct fs_inode *n, struct rmt_listing *l,
 	free(*ids);
 	*ids = NULL;
 
+	jnl_names_hold(fs->jnl); /* the journal's names and the share's
+				    of one moment */
 	if (!id) {
 		rc = fs_rpath(fs, n, NULL, path);
 		if (rc == 0)
@@ -1576,6 +1616,7 @@ int fs_wb_dir_fill(struct fs *fs, struct fs_inode *n, struct rmt_listing *l,
 			rc = 0; /* not on the remote: the journal's only */
 		}
 	}
+	jnl_names_release(fs->jnl);
 	/* the remote's names the journal does not know (names[] is sorted
 	 * in byte order: jnl_readdir) */
 	for (i = 0; rc == 0 && i < rl.n; i++) {
@@ -1726,7 +1767,9 @@ static void wb_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	int rc, mode;
 
 	if (!id || is_root(fs, n) || !strncmp(name, "user.ferryfs.", 13)) {
+		jnl_names_hold(fs->jnl); /* its remote path */
 		fs_wt_ops.setxattr(req, ino, name, value, size, flags);
+		jnl_names_release(fs->jnl);
 		return;
 	}
 	if (!strcmp(name, "system.posix_acl_access") && !flags &&
@@ -1741,8 +1784,14 @@ static void wb_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		return;
 	}
 	rc = xattr_path(fs, id, path);
-	if (rc == 0)
-		rc = rmt_setxattr(fs->rmt, path, name, value, size, flags);
+	if (rc == 0) {
+		jnl_names_hold(fs->jnl);
+		rc = id_rpath(fs, id, NULL, path);
+		if (rc == 0)
+			rc = rmt_setxattr(fs->rmt, path, name, value, size,
+					  flags);
+		jnl_names_release(fs->jnl);
+	}
 	fuse_reply_err(req, -rc);
 }
 
@@ -1755,12 +1804,19 @@ static void wb_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	int rc;
 
 	if (!id || is_root(fs, n) || !strncmp(name, "user.ferryfs.", 13)) {
+		jnl_names_hold(fs->jnl); /* its remote path */
 		fs_wt_ops.removexattr(req, ino, name);
+		jnl_names_release(fs->jnl);
 		return;
 	}
 	rc = is_local(fs, id) ? -ENODATA : xattr_path(fs, id, path);
-	if (rc == 0)
-		rc = rmt_removexattr(fs->rmt, path, name);
+	if (rc == 0) {
+		jnl_names_hold(fs->jnl);
+		rc = id_rpath(fs, id, NULL, path);
+		if (rc == 0)
+			rc = rmt_removexattr(fs->rmt, path, name);
+		jnl_names_release(fs->jnl);
+	}
 	/* a share without ACLs has none to remove (the access ACL of mode
 	 * bits only is kept as the mode: wb_setxattr) */
 	if (rc == -EOPNOTSUPP && !strncmp(name, "system.posix_acl_", 17))
@@ -1792,7 +1848,9 @@ static void wb_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	ssize_t rc;
 
 	if (!id || is_root(fs, n)) {
+		jnl_names_hold(fs->jnl); /* its remote path */
 		fs_wt_ops.getxattr(req, ino, name, size);
+		jnl_names_release(fs->jnl);
 		return;
 	}
 	if (!strcmp(name, "user.ferryfs.state")) {
@@ -1810,9 +1868,14 @@ static void wb_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		return;
 	}
 	buf = size ? malloc(size) : NULL;
-	rc = size && !buf ? -ENOMEM : id_rpath(fs, id, NULL, path);
-	if (rc == 0)
-		rc = rmt_getxattr(fs->rmt, path, name, buf, size);
+	rc = size && !buf ? -ENOMEM : 0;
+	if (rc == 0) {
+		jnl_names_hold(fs->jnl);
+		rc = id_rpath(fs, id, NULL, path);
+		if (rc == 0)
+			rc = rmt_getxattr(fs->rmt, path, name, buf, size);
+		jnl_names_release(fs->jnl);
+	}
 	reply_xattr(req, rc, buf, size);
 	free(buf);
 }
@@ -1826,7 +1889,9 @@ static void wb_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	ssize_t rc;
 
 	if (!id || is_root(fs, n)) {
+		jnl_names_hold(fs->jnl); /* its remote path */
 		fs_wt_ops.listxattr(req, ino, size);
+		jnl_names_release(fs->jnl);
 		return;
 	}
 	if (is_local(fs, id)) {
@@ -1834,9 +1899,14 @@ static void wb_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 		return;
 	}
 	buf = size ? malloc(size) : NULL;
-	rc = size && !buf ? -ENOMEM : id_rpath(fs, id, NULL, path);
-	if (rc == 0)
-		rc = rmt_listxattr(fs->rmt, path, buf, size);
+	rc = size && !buf ? -ENOMEM : 0;
+	if (rc == 0) {
+		jnl_names_hold(fs->jnl);
+		rc = id_rpath(fs, id, NULL, path);
+		if (rc == 0)
+			rc = rmt_listxattr(fs->rmt, path, buf, size);
+		jnl_names_release(fs->jnl);
+	}
 	if (rc == -EOPNOTSUPP)
 		rc = 0;
 	reply_xattr(req, rc, buf, size);

@@ -59,7 +59,9 @@
  *     handle_get()). Those replays bump the epoch before the remote call
  *     and again after their ack moved the node in the journal. So a chunk
  *     never lands in a file an op moved onto its old name meanwhile. An
- *     open file follows its inode through later renames.
+ *     open file follows its inode through later renames. The same
+ *     replays are the journal's name moves (jnl_names_move_begin()), for
+ *     the mount's own uses of remote paths (jnl_names_hold()).
  *  5. FINISH and SETATTR with a size of node X are replayed only while no
  *     stream writes a chunk of X (s->writing, gate()), and no stream starts
  *     one until the remote call returned (s->sizing): no chunk write
@@ -1214,10 +1216,12 @@ static void ns_enter(struct jnl_flusher *f)
 	f->ns_busy++;
 	f->ns_epoch++;
 	pthread_mutex_unlock(&f->lock);
+	jnl_names_move_begin(f->j); /* the mount's remote paths too */
 }
 
 static void ns_leave(struct jnl_flusher *f)
 {
+	jnl_names_move_end(f->j);
 	pthread_mutex_lock(&f->lock);
 	f->ns_busy--;
 	f->ns_epoch++;

@@ -1241,6 +1241,8 @@ static void jnl_free(struct jnl *j)
 	jnl_u64set_free(&j->handed);
 	gc_free(&j->gc_new);
 	gc_free(&j->gc_due);
+	pthread_cond_destroy(&j->names_cond);
+	pthread_mutex_destroy(&j->names_lock);
 	pthread_cond_destroy(&j->room);
 	pthread_cond_destroy(&j->cond);
 	pthread_mutex_destroy(&j->lock);
@@ -1304,6 +1306,8 @@ int jnl_open(const char *dir, const struct jnl_config *cfg, unsigned int flags,
 	pthread_cond_init(&j->cond, &ca);
 	pthread_cond_init(&j->room, &ca);
 	pthread_condattr_destroy(&ca);
+	pthread_mutex_init(&j->names_lock, NULL);
+	pthread_cond_init(&j->names_cond, NULL);
 
 	rc = open_dirs(j, flags, &creating);
 	if (!rc)

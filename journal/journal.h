@@ -498,6 +498,26 @@ int jnl_op_fail(struct jnl *j, uint64_t seq, bool fatal);
 int jnl_node_rpath(struct jnl *j, jnl_id id, char *buf, size_t size);
 
 /*
+ * Remote paths in use. A remote path is right only between two moves of
+ * names on the remote: the flusher's replay of an UNLINK, RMDIR or RENAME
+ * changes the remote first and the journal (the op's ack) after, and in
+ * between jnl_node_rpath() names the old place (ENOENT there, or another
+ * object that took the name). So a caller that resolves a path and then
+ * uses it on the remote (a stat, a listing, an open) holds the names
+ * across both: jnl_names_hold() ... jnl_names_release(); the flusher
+ * brackets each such replay, its remote calls and its ack, with
+ * jnl_names_move_begin() ... jnl_names_move_end(). Holders share, movers
+ * share, the two sides exclude each other and take turns (neither starves
+ * the other). Never hold twice in one thread (a waiting mover would keep
+ * the second hold waiting for the first), and never wait for the flusher
+ * while holding.
+ */
+void jnl_names_hold(struct jnl *j);
+void jnl_names_release(struct jnl *j);
+void jnl_names_move_begin(struct jnl *j);
+void jnl_names_move_end(struct jnl *j);
+
+/*
  * The remote has all of regular file @id: drop its chunk records (all
  * FLUSHED) and its staging file; the merged view reads the remote for it
  * from now on (its remote-valid size becomes its size, so a later partial

@@ -360,6 +360,13 @@ struct jnl {
 	char *remote_id;                 /* immutable: cfg->remote_id */
 	_Atomic uint64_t conflict_epoch; /* bumped by every conversion of a
 					    conflict (jnl_node_conflict()) */
+	/* jnl_names_hold() and jnl_names_move_begin(): a phase-fair
+	 * shared/shared lock (ops.c) */
+	pthread_mutex_t names_lock;
+	pthread_cond_t names_cond;       /* names_lock */
+	unsigned int holders, movers;    /* inside; names_lock */
+	unsigned int hold_wait, move_wait; /* waiting; names_lock */
+	bool movers_turn;                /* whom a tie goes to; names_lock */
 	pthread_t thread;
 };
 

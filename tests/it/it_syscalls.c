@@ -3291,10 +3291,40 @@ struct storm {
 	char b[STORM_FILES][PATH_MAX]; /* name in storm_b */
 	int stop;                      /* atomic: the movers are done */
 	int movers_failed;             /* atomic */
+	int reads_failed;              /* atomic */
+	char read_err[128];            /* the first failed read */
 	long stats;                    /* atomic: lookups done */
 };
 
 static struct storm storm;
+
+/*
+ * Read file @i back from the share's side of the mount: without its pages
+ * (POSIX_FADV_DONTNEED), so that the read reaches ferryfs, which (the file
+ * flushed) reads it at its remote path while the flusher moves it there.
+ */
+static void storm_read(int i, int round)
+{
+	char want[32], got[32] = "";
+	ssize_t n = -EBADF;
+	int fd;
+
+	snprintf(want, sizeof(want), "storm %d", i);
+	fd = open(storm.a[i], O_RDONLY);
+	if (fd >= 0) {
+		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+		n = pread_all(fd, got, sizeof(got) - 1, 0);
+		close(fd);
+	} else {
+		n = -errno;
+	}
+	if (n == (ssize_t)strlen(want) && !memcmp(got, want, (size_t)n))
+		return;
+	if (__atomic_fetch_add(&storm.reads_failed, 1, __ATOMIC_RELAXED) == 0)
+		snprintf(storm.read_err, sizeof(storm.read_err),
+			 "f%d after %d renames: %s", i, 2 * round + 2,
+			 n < 0 ? strerror((int)-n) : "other bytes");
+}
 
 static void *storm_mover(void *arg)
 {
@@ -3307,6 +3337,7 @@ static void *storm_mover(void *arg)
 					   __ATOMIC_RELAXED);
 			break;
 		}
+		storm_read(i, r);
 	}
 	return NULL;
 }
@@ -3355,19 +3386,29 @@ static void t_rename_storm(void)
 	check(nm == STORM_FILES && !storm.movers_failed,
 	      "4 threads rename 300 times each while 2 threads stat",
 	      "%d movers failed", storm.movers_failed);
-	for (int i = 0; i < STORM_FILES; i++) {
+	check(!storm.reads_failed,
+	      "rename storm: each file read after each rename has its bytes",
+	      "%d reads failed, the first: %s", storm.reads_failed,
+	      storm.read_err);
+	for (int i = 0; i < STORM_FILES && !bad; i++) {
 		char b[32] = "";
 		struct stat st;
 
 		snprintf(want, sizeof(want), "storm %d", i);
 		if (get_file(storm.a[i], b, sizeof(b)) != (ssize_t)strlen(want) ||
-		    strcmp(b, want) || lstat(rp("storm_a/f%d", i), &st) ||
-		    lstat(rp("storm_b/f%d", i), &st) == 0 ||
-		    lstat(storm.b[i], &st) == 0)
-			bad++;
+		    strcmp(b, want))
+			bad = snprintf(want, sizeof(want), "f%d: bytes", i);
+		else if (lstat(storm.b[i], &st) == 0)
+			bad = snprintf(want, sizeof(want), "f%d: 2 names", i);
+		else if (lstat(rp("storm_a/f%d", i), &st))
+			bad = snprintf(want, sizeof(want), "f%d: not on REMOTE",
+				       i);
+		else if (lstat(rp("storm_b/f%d", i), &st) == 0)
+			bad = snprintf(want, sizeof(want),
+				       "f%d: old name on REMOTE", i);
 	}
 	check(!bad, "rename storm: each file back home once, on REMOTE too",
-	      "%d files wrong", bad);
+	      "%s", want);
 }
 
 /* ---- another writer on the share ---------------------------------------- */

@@ -770,6 +770,99 @@ static void test_journal__link_ack_moves_the_remote_name(void **state)
 	jnl_assert_sane(fx->j);
 }
 
+/* --- remote paths in use: jnl_names_hold() against moves ------------------ */
+
+struct names_side {
+	struct jnl *j;
+	bool mover;
+	int *order;  /* atomic: entries so far */
+	int entered; /* order number at entry; 0 = not yet */
+};
+
+static void *names_side_run(void *arg)
+{
+	struct names_side *x = arg;
+
+	if (x->mover)
+		jnl_names_move_begin(x->j);
+	else
+		jnl_names_hold(x->j);
+	x->entered = __atomic_add_fetch(x->order, 1, __ATOMIC_SEQ_CST);
+	if (x->mover)
+		jnl_names_move_end(x->j);
+	else
+		jnl_names_release(x->j);
+	return NULL;
+}
+
+static void names_side_start(struct names_side *x, pthread_t *t)
+{
+	assert_int_equal(pthread_create(t, NULL, names_side_run, x), 0);
+	usleep(50 * 1000); /* it is waiting now (or never will) */
+}
+
+/*
+ * A path resolved and used under jnl_names_hold() is never used while the
+ * flusher moves names (jnl_names_move_begin()), and neither side starves
+ * the other: a holder that waits for movers keeps newer movers out.
+ */
+static void test_journal__names_holders_and_movers_alternate(void **state)
+{
+	struct fx *fx = *state;
+	struct names_side h1 = { fx->j, false, NULL, 0 },
+			  m2 = { fx->j, true, NULL, 0 },
+			  h3 = { fx->j, false, NULL, 0 };
+	pthread_t t1, t2, t3;
+	int order = 0, early[6];
+
+	/* what is seen while the lock is taken is asserted after every
+	 * thread is out (an assert would leave them blocked) */
+	h1.order = m2.order = h3.order = &order;
+	/* holders share; a mover waits for them, and a holder arriving
+	 * after it waits behind it */
+	jnl_names_hold(fx->j);
+	jnl_names_hold(fx->j);
+	names_side_start(&m2, &t2);
+	early[0] = __atomic_load_n(&m2.entered, __ATOMIC_SEQ_CST);
+	names_side_start(&h3, &t3);
+	early[1] = __atomic_load_n(&h3.entered, __ATOMIC_SEQ_CST);
+	jnl_names_release(fx->j);
+	usleep(50 * 1000);
+	early[2] = __atomic_load_n(&m2.entered, __ATOMIC_SEQ_CST);
+	jnl_names_release(fx->j); /* the last holder out: the mover in */
+	assert_int_equal(pthread_join(t2, NULL), 0);
+	assert_int_equal(pthread_join(t3, NULL), 0);
+	assert_int_equal(early[0] + early[1] + early[2], 0);
+	assert_int_equal(m2.entered, 1);
+	assert_int_equal(h3.entered, 2);
+
+	/* the turn is the movers' now (a mover waited for a holder) */
+	order = m2.entered = 0;
+	jnl_names_hold(fx->j);
+	names_side_start(&m2, &t2);
+	jnl_names_release(fx->j);
+	assert_int_equal(pthread_join(t2, NULL), 0);
+
+	/* movers share; a holder waits for them, and a mover arriving after
+	 * it waits behind it */
+	order = m2.entered = 0;
+	jnl_names_move_begin(fx->j);
+	jnl_names_move_begin(fx->j);
+	names_side_start(&h1, &t1);
+	early[3] = __atomic_load_n(&h1.entered, __ATOMIC_SEQ_CST);
+	names_side_start(&m2, &t2);
+	early[4] = __atomic_load_n(&m2.entered, __ATOMIC_SEQ_CST);
+	jnl_names_move_end(fx->j);
+	usleep(50 * 1000);
+	early[5] = __atomic_load_n(&h1.entered, __ATOMIC_SEQ_CST);
+	jnl_names_move_end(fx->j); /* the last mover out: the holder in */
+	assert_int_equal(pthread_join(t1, NULL), 0);
+	assert_int_equal(pthread_join(t2, NULL), 0);
+	assert_int_equal(early[3] + early[4] + early[5], 0);
+	assert_int_equal(h1.entered, 1);
+	assert_int_equal(m2.entered, 2);
+}
+
 /* The unlink of the newest name while an older one remains: the node goes
  * back to a name the remote has, acked link or not, and a name another
  * pending op makes is not taken for one the remote has. */
@@ -2631,6 +2724,7 @@ int main(void)
 		T(test_journal__create_link_symlink_setattr),
 		T(test_journal__link_ack_moves_the_remote_name),
 		T(test_journal__unlink_of_newest_link_keeps_older_name),
+		T(test_journal__names_holders_and_movers_alternate),
 		T(test_journal__refresh_only_when_nothing_pending),
 		T(test_journal__conflict_base_tracking),
 		T(test_journal__conflict_conversion),
