@@ -779,19 +779,29 @@ struct names_side {
 	int entered; /* order number at entry; 0 = not yet */
 };
 
+static void names_enter(struct jnl *j, bool mover)
+{
+	if (mover)
+		jnl_names_move_begin(j);
+	else
+		jnl_names_hold(j);
+}
+
+static void names_leave(struct jnl *j, bool mover)
+{
+	if (mover)
+		jnl_names_move_end(j);
+	else
+		jnl_names_release(j);
+}
+
 static void *names_side_run(void *arg)
 {
 	struct names_side *x = arg;
 
-	if (x->mover)
-		jnl_names_move_begin(x->j);
-	else
-		jnl_names_hold(x->j);
+	names_enter(x->j, x->mover);
 	x->entered = __atomic_add_fetch(x->order, 1, __ATOMIC_SEQ_CST);
-	if (x->mover)
-		jnl_names_move_end(x->j);
-	else
-		jnl_names_release(x->j);
+	names_leave(x->j, x->mover);
 	return NULL;
 }
 
@@ -802,65 +812,56 @@ static void names_side_start(struct names_side *x, pthread_t *t)
 }
 
 /*
+ * Two of one side (movers or holders) inside: one of the other side comes
+ * and waits until both left, and one more of the first side, come after
+ * it, waits behind it. What is seen while they wait is asserted once every
+ * thread is out (an assert would leave them blocked).
+ */
+static void names_turns(struct jnl *j, bool movers_in)
+{
+	int order = 0, early;
+	struct names_side other = { j, !movers_in, &order, 0 },
+			  same = { j, movers_in, &order, 0 };
+	pthread_t t1, t2;
+
+	names_enter(j, movers_in);
+	names_enter(j, movers_in);
+	names_side_start(&other, &t1);
+	early = __atomic_load_n(&other.entered, __ATOMIC_SEQ_CST);
+	names_side_start(&same, &t2);
+	early += __atomic_load_n(&same.entered, __ATOMIC_SEQ_CST);
+	names_leave(j, movers_in);
+	usleep(50 * 1000);
+	early += __atomic_load_n(&other.entered, __ATOMIC_SEQ_CST);
+	names_leave(j, movers_in);
+	assert_int_equal(pthread_join(t1, NULL), 0);
+	assert_int_equal(pthread_join(t2, NULL), 0);
+	assert_int_equal(early, 0);
+	assert_int_equal(other.entered, 1);
+	assert_int_equal(same.entered, 2);
+}
+
+/*
  * A path resolved and used under jnl_names_hold() is never used while the
  * flusher moves names (jnl_names_move_begin()), and neither side starves
- * the other: a holder that waits for movers keeps newer movers out.
+ * the other: a waiter keeps newcomers of the side inside out.
  */
 static void test_journal__names_holders_and_movers_alternate(void **state)
 {
 	struct fx *fx = *state;
-	struct names_side h1 = { fx->j, false, NULL, 0 },
-			  m2 = { fx->j, true, NULL, 0 },
-			  h3 = { fx->j, false, NULL, 0 };
-	pthread_t t1, t2, t3;
-	int order = 0, early[6];
+	struct names_side m = { fx->j, true, NULL, 0 };
+	pthread_t t;
+	int order = 0;
 
-	/* what is seen while the lock is taken is asserted after every
-	 * thread is out (an assert would leave them blocked) */
-	h1.order = m2.order = h3.order = &order;
-	/* holders share; a mover waits for them, and a holder arriving
-	 * after it waits behind it */
+	names_turns(fx->j, false);
+	/* the turn to the movers (a mover waited for a holder), so that
+	 * the holder below must take it back */
+	m.order = &order;
 	jnl_names_hold(fx->j);
-	jnl_names_hold(fx->j);
-	names_side_start(&m2, &t2);
-	early[0] = __atomic_load_n(&m2.entered, __ATOMIC_SEQ_CST);
-	names_side_start(&h3, &t3);
-	early[1] = __atomic_load_n(&h3.entered, __ATOMIC_SEQ_CST);
+	names_side_start(&m, &t);
 	jnl_names_release(fx->j);
-	usleep(50 * 1000);
-	early[2] = __atomic_load_n(&m2.entered, __ATOMIC_SEQ_CST);
-	jnl_names_release(fx->j); /* the last holder out: the mover in */
-	assert_int_equal(pthread_join(t2, NULL), 0);
-	assert_int_equal(pthread_join(t3, NULL), 0);
-	assert_int_equal(early[0] + early[1] + early[2], 0);
-	assert_int_equal(m2.entered, 1);
-	assert_int_equal(h3.entered, 2);
-
-	/* the turn is the movers' now (a mover waited for a holder) */
-	order = m2.entered = 0;
-	jnl_names_hold(fx->j);
-	names_side_start(&m2, &t2);
-	jnl_names_release(fx->j);
-	assert_int_equal(pthread_join(t2, NULL), 0);
-
-	/* movers share; a holder waits for them, and a mover arriving after
-	 * it waits behind it */
-	order = m2.entered = 0;
-	jnl_names_move_begin(fx->j);
-	jnl_names_move_begin(fx->j);
-	names_side_start(&h1, &t1);
-	early[3] = __atomic_load_n(&h1.entered, __ATOMIC_SEQ_CST);
-	names_side_start(&m2, &t2);
-	early[4] = __atomic_load_n(&m2.entered, __ATOMIC_SEQ_CST);
-	jnl_names_move_end(fx->j);
-	usleep(50 * 1000);
-	early[5] = __atomic_load_n(&h1.entered, __ATOMIC_SEQ_CST);
-	jnl_names_move_end(fx->j); /* the last mover out: the holder in */
-	assert_int_equal(pthread_join(t1, NULL), 0);
-	assert_int_equal(pthread_join(t2, NULL), 0);
-	assert_int_equal(early[3] + early[4] + early[5], 0);
-	assert_int_equal(h1.entered, 1);
-	assert_int_equal(m2.entered, 2);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	names_turns(fx->j, true);
 }
 
 /* The unlink of the newest name while an older one remains: the node goes
