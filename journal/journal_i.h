@@ -283,6 +283,9 @@ struct jnl_gc {
  * Lock order: commit_lock, then rw, then txn_lock, then lock. Every use of
  * LMDB (the batch and its child transactions) holds txn_lock.
  */
+/* The two sides of jnl->names_lock. */
+enum jnl_names_side { JNL_NAMES_HOLDERS, JNL_NAMES_MOVERS };
+
 struct jnl {
 	/* immutable after jnl_open() */
 	char *dir;
@@ -361,12 +364,12 @@ struct jnl {
 	_Atomic uint64_t conflict_epoch; /* bumped by every conversion of a
 					    conflict (jnl_node_conflict()) */
 	/* jnl_names_hold() and jnl_names_move_begin(): a phase-fair
-	 * shared/shared lock (ops.c) */
+	 * shared/shared lock (ops.c), indexed by enum jnl_names_side */
 	pthread_mutex_t names_lock;
 	pthread_cond_t names_cond;       /* names_lock */
-	unsigned int holders, movers;    /* inside; names_lock */
-	unsigned int hold_wait, move_wait; /* waiting; names_lock */
-	bool movers_turn;                /* whom a tie goes to; names_lock */
+	unsigned int names_in[2];        /* inside; names_lock */
+	unsigned int names_wait[2];      /* waiting; names_lock */
+	int names_turn;                  /* whom a tie goes to; names_lock */
 	pthread_t thread;
 };
 

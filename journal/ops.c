@@ -714,54 +714,55 @@ int jnl_op_fail(struct jnl *j, uint64_t seq, bool fatal)
 /* --- remote paths ---------------------------------------------------------------- */
 
 /*
- * Phase-fair: a side enters when the other is not inside and either
- * nobody of the other side waits or it is this side's turn. A waiter that
- * sees the other side inside gives the turn to its own side, so that no
- * newcomer of the other side enters before it: holders and movers
- * alternate under contention.
+ * Phase-fair, one code for both sides (JNL_NAMES_HOLDERS, _MOVERS): a side
+ * enters when the other is not inside and either nobody of the other side
+ * waits or it is this side's turn. A waiter that sees the other side
+ * inside gives the turn to its own side, so that no newcomer of the other
+ * side enters before it: holders and movers alternate under contention.
  */
-void jnl_names_hold(struct jnl *j)
+static void names_enter(struct jnl *j, int side)
 {
+	int other = !side;
+
 	pthread_mutex_lock(&j->names_lock);
-	j->hold_wait++;
-	while (j->movers || (j->move_wait && j->movers_turn)) {
-		if (j->movers)
-			j->movers_turn = false;
+	j->names_wait[side]++;
+	while (j->names_in[other] ||
+	       (j->names_wait[other] && j->names_turn != side)) {
+		if (j->names_in[other])
+			j->names_turn = side;
 		pthread_cond_wait(&j->names_cond, &j->names_lock);
 	}
-	j->hold_wait--;
-	j->holders++;
+	j->names_wait[side]--;
+	j->names_in[side]++;
 	pthread_mutex_unlock(&j->names_lock);
+}
+
+static void names_leave(struct jnl *j, int side)
+{
+	pthread_mutex_lock(&j->names_lock);
+	if (--j->names_in[side] == 0)
+		pthread_cond_broadcast(&j->names_cond);
+	pthread_mutex_unlock(&j->names_lock);
+}
+
+void jnl_names_hold(struct jnl *j)
+{
+	names_enter(j, JNL_NAMES_HOLDERS);
 }
 
 void jnl_names_release(struct jnl *j)
 {
-	pthread_mutex_lock(&j->names_lock);
-	if (--j->holders == 0)
-		pthread_cond_broadcast(&j->names_cond);
-	pthread_mutex_unlock(&j->names_lock);
+	names_leave(j, JNL_NAMES_HOLDERS);
 }
 
 void jnl_names_move_begin(struct jnl *j)
 {
-	pthread_mutex_lock(&j->names_lock);
-	j->move_wait++;
-	while (j->holders || (j->hold_wait && !j->movers_turn)) {
-		if (j->holders)
-			j->movers_turn = true;
-		pthread_cond_wait(&j->names_cond, &j->names_lock);
-	}
-	j->move_wait--;
-	j->movers++;
-	pthread_mutex_unlock(&j->names_lock);
+	names_enter(j, JNL_NAMES_MOVERS);
 }
 
 void jnl_names_move_end(struct jnl *j)
 {
-	pthread_mutex_lock(&j->names_lock);
-	if (--j->movers == 0)
-		pthread_cond_broadcast(&j->names_cond);
-	pthread_mutex_unlock(&j->names_lock);
+	names_leave(j, JNL_NAMES_MOVERS);
 }
 
 int jnl_node_rpath(struct jnl *j, jnl_id id, char *buf, size_t size)
