@@ -1692,13 +1692,15 @@ static const char *node_state(struct fs *fs, const struct jnl_node *nd)
 }
 
 /*
- * The remote path of a node for its xattrs; a node created here waits
- * until its create reached the remote (at most 60 s), since the journal
- * keeps no xattrs of its own.
+ * Wait until node @id has a remote path, for its xattrs: a node created
+ * here waits until its create reached the remote (at most 60 s), since the
+ * journal keeps no xattrs of its own. The caller resolves the path again
+ * with the names held (it may move meanwhile).
  */
-static int xattr_path(struct fs *fs, jnl_id id, char *path)
+static int xattr_wait(struct fs *fs, jnl_id id)
 {
 	struct timespec d = { 0, 2000000 };
+	char path[PATH_MAX];
 	int i, rc;
 
 	for (i = 0; i < 30000; i++) {
@@ -1783,7 +1785,7 @@ static void wb_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	rc = xattr_path(fs, id, path);
+	rc = xattr_wait(fs, id);
 	if (rc == 0) {
 		jnl_names_hold(fs->jnl);
 		rc = id_rpath(fs, id, NULL, path);
@@ -1809,7 +1811,7 @@ static void wb_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 		jnl_names_release(fs->jnl);
 		return;
 	}
-	rc = is_local(fs, id) ? -ENODATA : xattr_path(fs, id, path);
+	rc = is_local(fs, id) ? -ENODATA : xattr_wait(fs, id);
 	if (rc == 0) {
 		jnl_names_hold(fs->jnl);
 		rc = id_rpath(fs, id, NULL, path);
