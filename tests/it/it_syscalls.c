@@ -3306,7 +3306,7 @@ static struct storm storm;
 static void storm_read(int i, int round)
 {
 	char want[32], got[32] = "";
-	ssize_t n = -EBADF;
+	ssize_t n;
 	int fd;
 
 	snprintf(want, sizeof(want), "storm %d", i);
