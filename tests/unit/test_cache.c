@@ -139,8 +139,10 @@ static int setup(void **state)
 	assert_non_null(fx);
 	strcpy(fx->tmp, "/tmp/test_cache.XXXXXX");
 	assert_non_null(mkdtemp(fx->tmp));
-	snprintf(fx->dir, sizeof(fx->dir), "%s/c", fx->tmp);
-	snprintf(fx->share, sizeof(fx->share), "%s/share", fx->tmp);
+	assert_true(snprintf(fx->dir, sizeof(fx->dir), "%s/c", fx->tmp) <
+		    (int)sizeof(fx->dir));
+	assert_true(snprintf(fx->share, sizeof(fx->share), "%s/share",
+			     fx->tmp) < (int)sizeof(fx->share));
 	assert_int_equal(mkdir(fx->share, 0700), 0);
 	*state = fx;
 	return 0;

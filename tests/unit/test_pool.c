@@ -367,7 +367,8 @@ static int setup(void **state)
 	assert_non_null(fx);
 	strcpy(fx->tmp, "/tmp/ferryfs-test-pool-XXXXXX");
 	assert_non_null(mkdtemp(fx->tmp));
-	snprintf(fx->root, sizeof(fx->root), "%s/root", fx->tmp);
+	assert_true(snprintf(fx->root, sizeof(fx->root), "%s/root", fx->tmp) <
+		    (int)sizeof(fx->root));
 	assert_int_equal(mkdir(fx->root, 0755), 0);
 	atomic_store(&fk.violations, 0);
 	atomic_store(&fk.active, 0);
