@@ -1971,11 +1971,6 @@ static int agent_spec(const struct fs_opts *o, char **spec, char **opts)
  * Before the mount goes to the background: an agent that answers must take
  * our key and serve the share's root (the flusher would not use it
  * otherwise); one that does not answer now is tried again by the flusher.
- * Never over a share that does not hold owners (SMB): the agent writes on
- * the NAS's disk with the owners and modes of the journal, where the
- * share's server gives every file its login user; the SMB users could
- * not change or remove what it wrote (nor could this mount, pushing
- * through the share when the agent is away).
  */
 static int agent_check(struct fs *fs)
 {
@@ -1986,16 +1981,6 @@ static int agent_check(struct fs *fs)
 
 	if (rc || !spec)
 		return rc;
-	if (!(rmt_caps(fs->rmt) & RMT_CAP_OWNER)) {
-		fprintf(stderr, "ferryfs: agent '%s' cannot serve '%s': this "
-			"share does not hold owners, and the files the agent "
-			"wrote would belong to others than the share's user "
-			"(mount without agent=)\n",
-			fs->o->agent, rmt_id(fs->rmt));
-		free(spec);
-		free(opts);
-		return -EOPNOTSUPP;
-	}
 	rc = rmt_open(spec, opts, &a);
 	if (rc) {
 		fprintf(stderr, "ferryfs: cannot use agent '%s': %s\n",

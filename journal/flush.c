@@ -161,7 +161,17 @@ struct stream {
 					  AGENT_RETRY_NS to AGENT_RETRY_MAX_NS
 					  while the agent does not answer */
 	bool agent_elsewhere;          /* its root is not the share's: logged */
+	bool agent_owns;               /* agent_owner(): files it makes get */
+	uid_t own_uid;                 /* own_uid:own_gid */
+	gid_t own_gid;
 	bool batching;                 /* in replay_batch(): ungate later */
+	int batch_at;                  /* the op replay_batch_part() queues */
+	struct {                       /* its new base, recorded when the */
+		bool owed;             /* batch succeeded (replay_attrs()) */
+		jnl_id id;
+		uint64_t size;
+		struct timespec mtime;
+	} batch_base[OPQ_BATCH];
 	unsigned char *buf, *vbuf;     /* chunk size each; vbuf if verifying */
 	struct handle h[HANDLE_MAX];
 	struct jnl_chunk_ref claim[CLAIM_MAX];
@@ -453,6 +463,67 @@ static void count_error(struct stream *s, int rc, bool retry)
 }
 
 /*
+ * Over a share that gives every file its login's owner (no RMT_CAP_OWNER:
+ * SMB), the agent, which writes on the NAS's own disk, must give each
+ * file it makes that owner too, or the share's users could not change or
+ * remove what it wrote. Which owner that is, the share's server decides
+ * (its login, a "force user"): a probe file made through the share, seen
+ * through the agent, tells. The probe is named like no file of a user
+ * and lives for three round trips at the share's root.
+ */
+static int agent_owner(struct stream *s)
+{
+	struct rmt_file *rf;
+	struct stat st;
+	char name[64];
+	int rc, rc2;
+
+	s->agent_owns = false;
+	if (rmt_caps(s->share) & RMT_CAP_OWNER)
+		return 0; /* the journal's owners go as they are */
+	snprintf(name, sizeof(name), ".ferryfs-owner.%ld.%u", (long)getpid(),
+		 s->no);
+	rc = rmt_file_open(s->share, name, O_WRONLY | O_CREAT | O_TRUNC, 0600,
+			   &rf);
+	if (rc)
+		return rc;
+	rc = rmt_file_close(rf);
+	if (!rc)
+		rc = rmt_stat(s->agent, name, &st);
+	rc2 = rmt_unlink(s->share, name);
+	if (rc)
+		return rc == -ENOENT ? -EXDEV : rc; /* not the share's root */
+	if (rc2)
+		return rc2;
+	s->own_uid = st.st_uid;
+	s->own_gid = st.st_gid;
+	s->agent_owns = true;
+	return 0;
+}
+
+/*
+ * -ENOENT from the agent over a share that matches names without case
+ * (no RMT_CAP_CASE: SMB): the journal may hold a name in other letters
+ * than the disk (an application opened "A" where the share has "a"),
+ * which the agent, on the disk itself, does not find. True, and the
+ * stream flushes through the share until agent_try() is due again: the
+ * call is retried there, where the share finds the name or gives its own
+ * answer.
+ */
+static bool agent_misses_case(struct stream *s, int rc)
+{
+	if (rc != -ENOENT || s->r != s->agent ||
+	    (rmt_caps(s->share) & RMT_CAP_CASE))
+		return false;
+	LOG_INFO("flush stream %u: the agent finds no such name: flushing "
+		 "through the share for now (the share matches names "
+		 "without case)", s->no);
+	use_remote(s, s->share);
+	s->agent_retry_at = jnl_mono_ns() + AGENT_RETRY_NS;
+	return true;
+}
+
+/*
  * On the share with an agent configured: try the agent again when due.
  * The agent must serve the share's root (paths are relative to it): an
  * agent whose root is another directory (e.g. --root at the export while
@@ -485,6 +556,8 @@ static void agent_try(struct stream *s)
 		s->agent_elsewhere = true;
 		rc = -EXDEV;
 	}
+	if (!rc)
+		rc = agent_owner(s);
 	if (rc) {
 		LOG_DBG("flush stream %u: agent: %s", s->no, strerror(-rc));
 		/* a host that does not answer costs a connect timeout per
@@ -499,6 +572,24 @@ static void agent_try(struct stream *s)
 	s->agent_wait_ns = 0;
 	LOG_INFO("flush stream %u: flushing through the agent", s->no);
 	use_remote(s, s->agent);
+}
+
+/*
+ * A stat by the agent as the share's driver would give it, to compare with
+ * a base the share gave (jnl_node_send_begin()). The agent sees the file
+ * on its own disk: the same inode number as the share reports (agent_try()
+ * checked the root's) but another device number than the share's driver
+ * gave, and times to the nanosecond where SMB gives them to 100 ns.
+ */
+static void agent_stat_as_share(const struct stream *s, struct stat *st,
+				uint64_t base_dev)
+{
+	st->st_dev = (dev_t)base_dev;
+	if (rmt_caps(s->share) & RMT_CAP_NSEC)
+		return;
+	st->st_atim.tv_nsec -= st->st_atim.tv_nsec % 100;
+	st->st_mtim.tv_nsec -= st->st_mtim.tv_nsec % 100;
+	st->st_ctim.tv_nsec -= st->st_ctim.tv_nsec % 100;
 }
 
 /* --- open remote files ------------------------------------------------------ */
@@ -730,11 +821,8 @@ static int conflict_check(struct stream *s, jnl_id id,
 			*fault = F_REMOTE;
 			return rc;
 		}
-		/* the agent sees the file on its own disk: the same inode
-		 * number as the share reports (agent_try() checked the root's)
-		 * but another device number than the share's driver gave */
 		if (s->r == s->agent)
-			st.st_dev = (dev_t)n.base_dev;
+			agent_stat_as_share(s, &st, n.base_dev);
 		rc = jnl_node_send_begin(f->j, id, n.base_seq, c, &st);
 		if (rc != -EXDEV)
 			continue;
@@ -998,6 +1086,10 @@ static void chunk_done(struct stream *s, const struct jnl_chunk_ref *c,
 			count_error(s, rc, true);
 			break;
 		case F_REMOTE:
+			if (agent_misses_case(s, rc)) {
+				put_back(s, c); /* to the share, at once */
+				break;
+			}
 			if (permanent(rc)) {
 				park(s, c, rc);
 				break;
@@ -1229,16 +1321,20 @@ static void ns_leave(struct jnl_flusher *f)
 	pthread_mutex_unlock(&f->lock);
 }
 
-/* Attributes of @n as an rmt_setattr; @owner adds uid/gid. */
-static struct rmt_setattr attrs_of(const struct jnl_node *n, unsigned int set)
+/* Attributes of @n as an rmt_setattr (owner_bits(): uid/gid). Through an
+ * agent that takes the share's owner (agent_owner()), every owner set is
+ * that one. */
+static struct rmt_setattr attrs_of(const struct stream *s,
+				   const struct jnl_node *n, unsigned int set)
 {
 	struct rmt_setattr sa;
+	bool own = s->r == s->agent && s->agent_owns;
 
 	memset(&sa, 0, sizeof(sa));
 	sa.set = set;
 	sa.mode = n->mode & 07777;
-	sa.uid = n->uid;
-	sa.gid = n->gid;
+	sa.uid = own ? s->own_uid : n->uid;
+	sa.gid = own ? s->own_gid : n->gid;
 	sa.size = (off_t)n->size;
 	sa.atime = n->atime;
 	sa.mtime = n->mtime;
@@ -1247,6 +1343,8 @@ static struct rmt_setattr attrs_of(const struct jnl_node *n, unsigned int set)
 
 static unsigned int owner_bits(const struct stream *s)
 {
+	if (s->r == s->agent && s->agent_owns)
+		return RMT_SET_UID | RMT_SET_GID; /* the share's owner */
 	return s->f->root && (rmt_caps(s->r) & RMT_CAP_OWNER)
 		       ? RMT_SET_UID | RMT_SET_GID
 		       : 0;
@@ -1257,7 +1355,7 @@ static int replay_create(struct stream *s, const struct jnl_node *n)
 	struct jnl_flusher *f = s->f;
 	unsigned int set = RMT_SET_MODE | RMT_SET_ATIME | RMT_SET_MTIME |
 			   owner_bits(s);
-	struct rmt_setattr sa = attrs_of(n, set);
+	struct rmt_setattr sa = attrs_of(s, n, set);
 	struct rmt_file *rf;
 	struct stat st;
 	int rc, rc2;
@@ -1288,7 +1386,7 @@ static int replay_create(struct stream *s, const struct jnl_node *n)
 static int replay_symlink(struct stream *s, const struct jnl_node *n,
 			  enum fault *fault)
 {
-	struct rmt_setattr sa = attrs_of(n, RMT_SET_ATIME | RMT_SET_MTIME |
+	struct rmt_setattr sa = attrs_of(s, n, RMT_SET_ATIME | RMT_SET_MTIME |
 						    owner_bits(s));
 	int rc;
 
@@ -1361,6 +1459,11 @@ static int replay_attrs(struct stream *s, const struct jnl_op *op,
 		if ((set & RMT_SET_SIZE) && S_ISREG(n->mode))
 			set |= RMT_SET_ATIME | RMT_SET_MTIME;
 	}
+	/* the share's owner was given at the create; a file the share had
+	 * keeps its own (an application's chown there is to the login's
+	 * owner, which the share makes a no-op: fs/wb.c refuses others) */
+	if (s->r == s->agent && s->agent_owns)
+		set &= ~(unsigned int)(RMT_SET_UID | RMT_SET_GID);
 	if (!set)
 		return 0;
 	if (S_ISREG(n->mode) && (set & (RMT_SET_SIZE | RMT_SET_MTIME))) {
@@ -1392,15 +1495,24 @@ static int replay_attrs(struct stream *s, const struct jnl_op *op,
 	}
 	if (op->type == JNL_OP_FINISH)
 		handle_drop(s, n->id); /* nothing touches it after the times */
-	sa = attrs_of(n, set);
+	sa = attrs_of(s, n, set);
 	rc = rmt_setattr(s->r, s->path, NULL, &sa);
 	if (!rc && S_ISREG(n->mode) && (set & RMT_SET_SIZE)) {
 		/* FINISH, or a truncate (which sets the times too): the
 		 * remote has the node's size and mtime, the new base, taken
-		 * while no chunk of it is written (journal.c C2) */
-		rc = jnl_node_send_done(f->j, n->id, n->size, &n->mtime);
-		if (rc)
-			*fault = F_JOURNAL;
+		 * while no chunk of it is written (journal.c C2); in a batch,
+		 * only once the batch has succeeded (replay_batch_part()) */
+		if (s->batching) {
+			s->batch_base[s->batch_at].owed = true;
+			s->batch_base[s->batch_at].id = n->id;
+			s->batch_base[s->batch_at].size = n->size;
+			s->batch_base[s->batch_at].mtime = n->mtime;
+		} else {
+			rc = jnl_node_send_done(f->j, n->id, n->size,
+						&n->mtime);
+			if (rc)
+				*fault = F_JOURNAL;
+		}
 	}
 	if (set & RMT_SET_SIZE)
 		ungate(s);
@@ -1529,7 +1641,7 @@ static int replay_op(struct stream *s, const struct jnl_op *op,
 		if (!rc) { /* mkdir's mode went through the umask; the
 			    * times are the application's */
 			struct rmt_setattr sa = attrs_of(
-				&n, RMT_SET_MODE | RMT_SET_ATIME |
+				s, &n, RMT_SET_MODE | RMT_SET_ATIME |
 					    RMT_SET_MTIME | owner_bits(s));
 
 			rc = rmt_setattr(s->r, s->path, NULL, &sa);
@@ -1573,6 +1685,7 @@ static void replay_done(struct stream *s, const struct jnl_op *op, int rc,
 			enum fault fault)
 {
 	struct jnl_flusher *f = s->f;
+	bool misses;
 	int rc2;
 
 	if (!rc) {
@@ -1603,7 +1716,8 @@ static void replay_done(struct stream *s, const struct jnl_op *op, int rc,
 		}
 		return;
 	}
-	if ((fault == F_REMOTE && permanent(rc)) ||
+	misses = fault == F_REMOTE && agent_misses_case(s, rc);
+	if ((fault == F_REMOTE && permanent(rc) && !misses) ||
 	    (fault == F_JOURNAL && rc != -ENOSPC && rc != -ENOMEM)) {
 		/* the remote refuses it, or it cannot be placed there (its
 		 * parent is not on the remote): drop it, say so once */
@@ -1630,6 +1744,8 @@ static void replay_done(struct stream *s, const struct jnl_op *op, int rc,
 	pthread_mutex_lock(&f->lock);
 	f->work_gen++; /* pending again: another stream may take it */
 	pthread_mutex_unlock(&f->lock);
+	if (misses)
+		return; /* to the share, at once */
 	count_error(s, rc, true);
 	backoff(s, rc, op_name(op->type));
 }
@@ -1716,11 +1832,23 @@ static void replay_batch_part(struct stream *s, struct jnl_op *ops, int n,
 	if (!groups) {
 		s->batching = true;
 		for (int i = 0; i < n; i++) {
+			s->batch_at = i;
+			s->batch_base[i].owed = false;
 			rmt_batch_mark(s->r);
 			rc[i] = replay_op(s, &ops[i], &fault[i]);
 		}
 		groups = rmt_batch_end(s->r, grc, (unsigned int)n);
 		s->batching = false;
+		for (int i = 0; i < n; i++) {
+			if (!s->batch_base[i].owed || groups != n || rc[i] ||
+			    grc[i])
+				continue; /* a redo records it */
+			rc[i] = jnl_node_send_done(f->j, s->batch_base[i].id,
+						   s->batch_base[i].size,
+						   &s->batch_base[i].mtime);
+			if (rc[i])
+				fault[i] = F_JOURNAL;
+		}
 		ungate(s);
 	}
 	for (int i = 0; i < n; i++) {
@@ -2224,3 +2352,4 @@ int jnl_flusher_stats(struct jnl_flusher *f, struct jnl_flush_stats *out)
 	}
 	return 0;
 }
+

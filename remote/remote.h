@@ -69,11 +69,14 @@ enum rmt_caps {
 	/* names differing only in case are different names (without it, as
 	 * on SMB: "a" and "A" are one name, the first one made) */
 	RMT_CAP_CASE = 1 << 11,
+	/* stat gives times to the nanosecond (without it, to 100 ns: SMB's
+	 * FILETIME) */
+	RMT_CAP_NSEC = 1 << 12,
 };
 
 #define RMT_CAPS_POSIX                                                    \
 	(RMT_CAP_LINK | RMT_CAP_SYMLINK | RMT_CAP_SPECIAL | RMT_CAP_OWNER | \
-	 RMT_CAP_EXCHANGE | RMT_CAP_CASE)
+	 RMT_CAP_EXCHANGE | RMT_CAP_CASE | RMT_CAP_NSEC)
 
 /* Which fields of a struct rmt_setattr are applied. */
 enum rmt_set {

@@ -2,10 +2,10 @@
 # smb_suite.sh - ferryfs's smb driver against a real SMB server (Samba):
 # the CI entry of the SMB half of issue 4. As root:
 #
-#   tests/it/smb_suite.sh FERRYFS IT_SYSCALLS [--keep]
+#   tests/it/smb_suite.sh FERRYFS IT_SYSCALLS FERRY_AGENT [--keep]
 #
-# FERRYFS and IT_SYSCALLS are the built binaries (ctest passes
-# $<TARGET_FILE:...>).
+# FERRYFS, IT_SYSCALLS and FERRY_AGENT are the built binaries (ctest
+# passes $<TARGET_FILE:...>).
 #
 # 1. The server: tests/bench/nas.sh's smbd (share "nas", user "ferry"). If
 #    nas.sh is up already (`nas.sh env` answers) it is used as it is and
@@ -16,6 +16,22 @@
 # 2. Refusals, each a ferryfs mount that must fail with exit != 0 and one
 #    clear line: a credentials file of mode 0644, a wrong password, a
 #    password in the URL.
+#    ferry-agent next to the share (issue 6): the agent in the NAS
+#    namespace with --root at the share's directory, a write-back mount
+#    of a directory of the share with agent=NAS_IP:7078/DIR. A tree (a
+#    12 MiB file, small files, nested directories, a chmod) is flushed;
+#    then appends to files Samba made, one under its own name, four under
+#    names in other case (PRE1.TXT where the share has Pre1.txt) while
+#    four copies of the tree's small files flush. Then: SHA-256 of each
+#    file on the share's disk equal to the source, every file and
+#    directory the agent made belongs to the owner Samba gave the files it
+#    made (not root, the agent's user), the mode of the chmod kept, the
+#    appends in the files Samba made (no second file by case, no conflict
+#    copy, status "conflicts: 0": the agent's times compared at SMB's
+#    100 ns; a batch's FINISH records its new base only once the batch
+#    succeeded), no probe file left, the agent's "done:" lines hold at
+#    least the 12 MiB, and smbclient, logged in as the share's user,
+#    removes what the agent wrote.
 # 3. A daemon (no -f): after fuse_daemonize's fork its workers are its
 #    own children and are gone after the unmount. A dropped connection
 #    (only when this run brought nas.sh up: the smbd
@@ -88,12 +104,13 @@ for a in "$@"; do
 	*) args+=("$a") ;;
 	esac
 done
-if [ ${#args[@]} -lt 2 ]; then
-	echo "usage: smb_suite.sh FERRYFS IT_SYSCALLS [--keep]" >&2
+if [ ${#args[@]} -lt 3 ]; then
+	echo "usage: smb_suite.sh FERRYFS IT_SYSCALLS FERRY_AGENT [--keep]" >&2
 	exit 2
 fi
 FERRYFS=$(readlink -f "${args[0]}")
 IT_SYSCALLS=$(readlink -f "${args[1]}")
+FERRY_AGENT=$(readlink -f "${args[2]}")
 
 if [ "$(id -u)" != 0 ]; then
 	log "skip: needs root"
@@ -103,7 +120,7 @@ if [ ! -c /dev/fuse ]; then
 	log "skip: no /dev/fuse"
 	exit 77
 fi
-for f in "$FERRYFS" "$IT_SYSCALLS"; do
+for f in "$FERRYFS" "$IT_SYSCALLS" "$FERRY_AGENT"; do
 	if [ ! -x "$f" ]; then
 		log "error: '$f' is not an executable"
 		exit 1
@@ -119,12 +136,17 @@ W=
 SHARE_DIR=
 nas_down=0 # we brought nas.sh up: take it down
 rc_daemon= # the daemon of the reconnect check
+agent_pid= # ferry-agent of the agent check
 status=1
 
 # shellcheck disable=SC2317 # called through the EXIT trap
 cleanup() {
 	trap - EXIT INT TERM HUP
 	cd /
+	if [ -n "$agent_pid" ]; then
+		kill "$agent_pid" 2>/dev/null
+		wait "$agent_pid" 2>/dev/null
+	fi
 	if [ -n "$rc_daemon" ]; then
 		if awk -v m="$W/mnt-rc" '$5 == m { f = 1 } END { exit !f }' /proc/self/mountinfo; then
 			fusermount3 -u "$W/mnt-rc" 2>/dev/null || fusermount3 -uz "$W/mnt-rc"
@@ -143,7 +165,8 @@ cleanup() {
 			"$SHARE_DIR"/smb-refuse-$$ "$SHARE_DIR"/smb-reconnect-$$ \
 			"$SHARE_DIR"/smb-daemon-$$ "$SHARE_DIR"/smb-wb-syscalls-$$ \
 			"$SHARE_DIR"/smb-wb-programs-$$ "$SHARE_DIR"/smb-cannot-wt-$$ \
-			"$SHARE_DIR"/smb-cannot-wb-$$ "$SHARE_DIR"/smb-aside-$$
+			"$SHARE_DIR"/smb-cannot-wb-$$ "$SHARE_DIR"/smb-aside-$$ \
+			"$SHARE_DIR"/smb-agent-$$
 	fi
 	if [ "$nas_down" = 1 ]; then
 		"$NAS" down >/dev/null 2>&1 || log "warning: 'nas.sh down' failed"
@@ -209,7 +232,7 @@ log "using nas.sh's smbd: $SMB_URL (shared from $SHARE_DIR)"
 # The share's directories belong to the login (files written over SMB are
 # ferry's): made here, then handed to ferry so smbd can write in them.
 names="syscalls programs refuse reconnect daemon wb-syscalls wb-programs"
-names+=" cannot-wt cannot-wb aside"
+names+=" cannot-wt cannot-wb aside agent"
 for name in $names; do
 	mkdir -m 0777 "$SHARE_DIR/smb-$name-$$" || exit
 	chown ferry: "$SHARE_DIR/smb-$name-$$" 2>/dev/null
@@ -287,13 +310,6 @@ if grep -q "connection back" "$W/refuse.log"; then
 fi
 kill "$closer" 2>/dev/null
 wait "$closer" 2>/dev/null
-# ferry-agent writes owners and modes SMB would not give (fs/wb.c)
-head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$W/agent.key"
-chmod 0600 "$W/agent.key"
-refuse "agent= (an SMB share does not hold owners)" \
-	"agent '.*' cannot serve .* does not hold owners" \
-	"$SMB_URL/smb-refuse-$$" -o credentials="$CRED",agent=127.0.0.1:9,agent_key="$W/agent.key"
-
 # --- 3. a daemon, a dropped connection ------------------------------------------
 
 # step WHAT CMD [ARGS...]: CMD's output to a log; "ok - WHAT" in the
@@ -347,6 +363,104 @@ daemon_check() {
 }
 
 step "a daemon: workers of its own (exec'ed), all gone after the unmount" daemon_check
+
+# --- ferry-agent next to the share ------------------------------------------------
+
+# smbclient as the share's user, in the client namespace, in DIR: CMDS
+smbc() {
+	nsenter --net="$CLIENT_NETNS" smbclient "//$NAS_IP/nas" -A "$CRED" \
+		-D "$1" -c "$2"
+}
+
+# the agent's "done:" lines: bytes written, summed
+agent_written() {
+	awk '/: done: / { w += $(NF-8) } END { print w + 0 }' "$W/agent.log"
+}
+
+agent_check() {
+	local dir=smb-agent-$$ mnt=$W/mnt-agent src=$W/agent-src owner f bad=0
+	local d=$SHARE_DIR/smb-agent-$$ big=$((12 << 20)) n i
+	local made=$'made by samba\nappended'
+	printf 'made by samba\n' >"$W/pre.txt"
+	smbc "$dir" "put $W/pre.txt Same.txt; put $W/pre.txt Pre1.txt; put $W/pre.txt Pre2.txt; put $W/pre.txt Pre3.txt; put $W/pre.txt Pre4.txt" ||
+		return 1
+	owner=$(stat -c %u:%g "$d/Same.txt") || return 1
+	[ "$owner" != 0:0 ] || { echo "Samba made Same.txt as root"; return 1; }
+	head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$W/agent.key"
+	chmod 0600 "$W/agent.key"
+	nsenter --net="$NAS_NETNS" "$FERRY_AGENT" --root "$SHARE_DIR" \
+		--listen "$NAS_IP:7078" --key-file "$W/agent.key" \
+		>"$W/agent.log" 2>&1 &
+	agent_pid=$!
+	for _ in $(seq 1 50); do
+		grep -q "serving" "$W/agent.log" && break
+		sleep 0.1
+	done
+	mkdir -p "$mnt" "$src/tree/a/b"
+	"$W/ferryfs" mount "$SMB_URL/$dir" "$mnt" -o credentials="$CRED",agent="$NAS_IP:7078/$dir",agent_key="$W/agent.key",journal="$W/j-agent",cache="$W/c-agent" </dev/null ||
+		return 1
+	head -c "$big" /dev/urandom >"$src/tree/big"
+	for i in $(seq 1 20); do
+		echo "small $i" >"$src/tree/a/b/f$i"
+	done
+	echo mode >"$src/tree/a/m" && chmod 0640 "$src/tree/a/m"
+	# the tree (all its data through the agent), then appends: to a file
+	# Samba made (times compared at SMB's 100 ns) and to files under other
+	# letter case than the share's (the streams that meet them flush
+	# through the share for a while) while a copy of the tree's small files
+	# flushes, in batches, through the agent
+	cp -a "$src/tree" "$mnt/" &&
+		timeout 120 "$FERRYFS" flush --wait "$mnt" &&
+		mkdir "$mnt/tree2" &&
+		echo appended >>"$mnt/Same.txt" &&
+		for i in 1 2 3 4; do
+			cp -a "$src/tree/a" "$mnt/tree2/a$i" &&
+			echo appended >>"$mnt/PRE$i.TXT" || exit
+		done &&
+		timeout 120 "$FERRYFS" flush --wait "$mnt" ||
+		{ fusermount3 -u "$mnt"; return 1; }
+	"$FERRYFS" status "$mnt" >"$W/agent-status.txt"
+	fusermount3 -u "$mnt" || return 1
+	cat "$W/agent-status.txt"
+	(cd "$src" && find tree -type f -exec sha256sum {} +
+		for i in 1 2 3 4; do
+			(cd tree && find a -type f -exec sha256sum {} +) |
+				sed "s|  a/|  tree2/a$i/|"
+		done) | sort -k2 >"$W/agent-src.sum"
+	(cd "$d" && find tree tree2 -type f -exec sha256sum {} +) | sort -k2 >"$W/agent-dst.sum"
+	cmp -s "$W/agent-src.sum" "$W/agent-dst.sum" ||
+		{ echo "SHA-256 differ:"; diff "$W/agent-src.sum" "$W/agent-dst.sum"; bad=1; }
+	f=$(find "$d/tree" "$d/tree2" ! -user "${owner%:*}" -o ! -group "${owner#*:}" | head -n 3)
+	[ -z "$f" ] || { echo "not of $owner (Samba's owner):"; ls -ln $f; bad=1; }
+	[ "$(stat -c %a "$d/tree/a/m")" = 640 ] ||
+		{ echo "tree/a/m mode $(stat -c %a "$d/tree/a/m"), not 640"; bad=1; }
+	for f in Same.txt Pre1.txt Pre2.txt Pre3.txt Pre4.txt; do
+		[ "$(cat "$d/$f")" = "$made" ] || { echo "$f: '$(cat "$d/$f")'"; bad=1; }
+	done
+	# nothing else: no file by other case, no conflict copy, no probe
+	f=$(cd "$d" && ls -a | grep -v '^\(\.\|\.\.\|tree\|tree2\|Same\.txt\|Pre[1-4]\.txt\)$' | head -n 5)
+	[ -z "$f" ] || { echo "left on the share: $f"; bad=1; }
+	grep -q "conflicts: 0" "$W/agent-status.txt" ||
+		{ echo "conflicts in the status"; bad=1; }
+	for _ in $(seq 1 50); do
+		[ "$(agent_written)" -ge "$big" ] && break
+		sleep 0.1
+	done
+	n=$(agent_written)
+	[ "$n" -ge "$big" ] ||
+		{ echo "the agent wrote $n bytes, not the $big of tree/big"; cat "$W/agent.log"; bad=1; }
+	# the share's user removes what the agent wrote
+	smbc "$dir" "cd tree/a/b; del f*; cd ..; del m; rmdir b" ||
+		{ echo "smbclient could not remove what the agent wrote"; bad=1; }
+	[ ! -e "$d/tree/a/b" ] && [ ! -e "$d/tree/a/m" ] ||
+		{ echo "still there after smbclient's removal:"; ls -lnR "$d/tree/a"; bad=1; }
+	kill "$agent_pid" 2>/dev/null
+	wait "$agent_pid" 2>/dev/null
+	agent_pid=
+	return $bad
+}
+
+step "ferry-agent over smb://: data through the agent, Samba's owner, names matched without case, no conflict, removable by the share's user" agent_check
 
 # --- what the share cannot hold ----------------------------------------------
 
