@@ -20,7 +20,7 @@
 #         Starts rpcbind, ganesha, smbd and iperf3 in ferry-nas and the delay
 #         line (--delay-ms one way, default 0.5) in ferry-client, which makes
 #         10.77.0.3 a delayed copy of the NAS (ports 111 2049 20048 445 5201,
-#         and 7077 for a ferry-agent that run.sh starts in ferry-nas).
+#         and 7077, 7078 for the ferry-agents run.sh starts in ferry-nas).
 #         Run again to change a setting: options not given keep their last
 #         value; what runs with the same configuration is left alone, what is
 #         missing or configured differently is (re)started.
@@ -47,7 +47,7 @@ NAS_IP=10.77.0.1
 CLI_IP=10.77.0.2
 DELAY_IP=10.77.0.3
 MNT_PORT=20048
-DELAY_PORTS=(111 2049 "$MNT_PORT" 445 5201 7077) # 7077: ferry-agent (run.sh)
+DELAY_PORTS=(111 2049 "$MNT_PORT" 445 5201 7077 7078) # 7077, 7078: ferry-agents (run.sh)
 # 256 ports starting at a multiple of 256: the low byte of the port, which the
 # per-flow hash uses, is then different for every ephemeral port.
 PORT_RANGE_CAPPED="40960 41215"

@@ -25,6 +25,8 @@
 #   ferryfs-agent ferryfs on nfs:// flushing through ferry-agent, which this
 #                 script runs in the NAS namespace over the export directory
 #                 (port 7077): cp, until flush --wait returns
+#   ferryfs-smb-agent  ferryfs on smb:// flushing through a ferry-agent
+#                 over the share's directory (port 7078): the same
 # Each figure is the median of --runs (3) runs; its ratio is the time the
 # link needs for the same bytes (size / iperf3 -P4 rate of that direction,
 # measured in the same run) over the figure: 1.00 = the link's speed.
@@ -64,7 +66,7 @@ usage() {
 	exit "${1:-0}"
 }
 
-ALL_GROUPS=(iperf nfs-cp smbclient sshfs rclone-copy rclone-mount ferryfs-nfs ferryfs-smb ferryfs-agent)
+ALL_GROUPS=(iperf nfs-cp smbclient sshfs rclone-copy rclone-mount ferryfs-nfs ferryfs-smb ferryfs-agent ferryfs-smb-agent)
 OPT_RATE='' OPT_CAP='' OPT_DELAY='' OPT_WLS='' RUNS=3 QUICK=0 ROWS='' APPEND=0
 while (($#)); do
 	case $1 in
@@ -641,22 +643,25 @@ row fsmb-flush push "ferryfs smb://: until flush --wait returns (from the start 
 row fsmb-read pull "ferryfs smb://: cold read, cp -r from a fresh mount"
 row fagt-cp push "ferryfs nfs:// + ferry-agent: cp -r (returns)"
 row fagt-flush push "ferryfs nfs:// + ferry-agent: until flush --wait returns (from the start of cp)"
-AGENT_PORT=7077
-# ferry-agent in the NAS namespace, serving the export's directory
+row fsag-cp push "ferryfs smb:// + ferry-agent: cp -r (returns)"
+row fsag-flush push "ferryfs smb:// + ferry-agent: until flush --wait returns (from the start of cp)"
+AGENT_PORT=7077     # over the export (nfs://)
+AGENT_SMB_PORT=7078 # over the share (smb://)
+# agent_up NAME DIR PORT: ferry-agent in the NAS namespace, serving DIR
 agent_up() {
 	local i
 	[[ -x $AGENT ]] || die "no $AGENT (build the ferry-agent target)"
-	head -c 32 /dev/urandom | base64 >"$WORK/agent.key"
+	[[ -f $WORK/agent.key ]] || head -c 32 /dev/urandom | base64 >"$WORK/agent.key"
 	chmod 600 "$WORK/agent.key"
-	nsenter --net="$NAS_NETNS" -- "$AGENT" --root "$NAS_EXPORT_DIR" \
-		--listen "$NAS_IP:$AGENT_PORT" --key-file "$WORK/agent.key" >"$LOGS/agent.log" 2>&1 &
-	PIDS[agent]=$!
+	nsenter --net="$NAS_NETNS" -- "$AGENT" --root "$2" \
+		--listen "$NAS_IP:$3" --key-file "$WORK/agent.key" >"$LOGS/$1.log" 2>&1 &
+	PIDS[$1]=$!
 	for ((i = 0; i < 50; i++)); do
-		grep -q serving "$LOGS/agent.log" && return 0
-		kill -0 "${PIDS[agent]}" 2>/dev/null || break
+		grep -q serving "$LOGS/$1.log" && return 0
+		kill -0 "${PIDS[$1]}" 2>/dev/null || break
 		sleep 0.1
 	done
-	die "ferry-agent did not start: $(lastlog "$LOGS/agent.log")"
+	die "ferry-agent did not start: $(lastlog "$LOGS/$1.log")"
 }
 FSMB_NA=
 ferry_mount() { # PREFIX URL [EXTRA_OPTS]: a fresh journal and cache
@@ -712,13 +717,13 @@ g_ferry() {
 	else
 		fail "$p-flush" "$w" "flush --wait failed ($(lastlog "$log"))"
 	fi
-	if [[ $p == fagt ]]; then # flushes through the agent, unless it fell back:
+	if [[ $p == fagt || $p == fsag ]]; then # through the agent, unless it fell back:
 		if "$FERRYFS" status "$MNT" --json 2>/dev/null | grep -q '"via": "share"'; then
-			fail fagt-flush "$w" "a stream flushed through the share, not the agent"
+			fail "$p-flush" "$w" "a stream flushed through the share, not the agent"
 		fi
 	fi
 	unmount "$MNT"
-	if [[ $p == fagt || -n $NO_READ ]]; then # reads do not involve the agent: see fnfs-read
+	if [[ $p == fagt || $p == fsag || -n $NO_READ ]]; then # reads do not involve the agent: see fnfs-read
 		"$rmf" "$d"
 		rm -rf "$WORK/journal" "$WORK/cache"
 		return 0
@@ -737,7 +742,8 @@ g_ferry() {
 
 # --- run ---------------------------------------------------------------------------------------------
 want sshfs && sshd_up
-want ferryfs-agent && agent_up
+want ferryfs-agent && agent_up agent "$NAS_EXPORT_DIR" "$AGENT_PORT"
+want ferryfs-smb-agent && agent_up agent-smb "$NAS_SHARE_DIR" "$AGENT_SMB_PORT"
 { want rclone-copy || want rclone-mount; } && rclone_env
 say "NAS: rate $NAS_RATE, flow cap $NAS_FLOW_CAP, clients to $HOST$([[ -n $OPT_DELAY ]] && echo " (delay line, $NAS_DELAY_MS ms one way)"); $RUNS run(s)"
 T_START=$(now)
@@ -747,8 +753,8 @@ for ((RUN = 1; RUN <= RUNS; RUN++)); do
 	g_iperf || true
 	# every other run in the reverse order: no row always runs right
 	# after the same one (and its clean-up: a 1 GiB delete on the NAS)
-	order=(nfs-cp smbclient sshfs rclone-copy rclone-mount ferryfs-nfs ferryfs-smb ferryfs-agent)
-	((RUN % 2)) || order=(ferryfs-agent ferryfs-smb ferryfs-nfs rclone-mount rclone-copy sshfs smbclient nfs-cp)
+	order=(nfs-cp smbclient sshfs rclone-copy rclone-mount ferryfs-nfs ferryfs-smb ferryfs-agent ferryfs-smb-agent)
+	((RUN % 2)) || order=(ferryfs-smb-agent ferryfs-agent ferryfs-smb ferryfs-nfs rclone-mount rclone-copy sshfs smbclient nfs-cp)
 	for w in "${WLS[@]}"; do
 		for g in "${order[@]}"; do
 			want "$g" || continue
@@ -768,6 +774,10 @@ for ((RUN = 1; RUN <= RUNS; RUN++)); do
 				g_ferry fsmb "smb://$SMB_USER@$HOST/nas" "$NAS_SHARE_DIR" smb_mkdir smb_rm \
 					"credentials=$SMB_CRED_FILE" "$w" || true
 				;;
+			ferryfs-smb-agent)
+				g_ferry fsag "smb://$SMB_USER@$HOST/nas" "$NAS_SHARE_DIR" smb_mkdir smb_rm \
+					"credentials=$SMB_CRED_FILE,agent=$HOST:$AGENT_SMB_PORT/$BENCH_ID/fsag-r$RUN-$w,agent_key=$WORK/agent.key" "$w" || true
+				;;
 			esac
 		done
 	done
@@ -784,7 +794,7 @@ row_group() {
 	case $1 in
 	iperf*) echo iperf ;; nfscp*) echo nfs-cp ;; smb-*) echo smbclient ;; sshfs*) echo sshfs ;;
 	rclone*) echo rclone-copy ;; rmount*) echo rclone-mount ;; fnfs*) echo ferryfs-nfs ;;
-	fsmb*) echo ferryfs-smb ;; fagt*) echo ferryfs-agent ;;
+	fsmb*) echo ferryfs-smb ;; fagt*) echo ferryfs-agent ;; fsag*) echo ferryfs-smb-agent ;;
 	esac
 }
 
