@@ -161,9 +161,7 @@ struct stream {
 					  AGENT_RETRY_NS to AGENT_RETRY_MAX_NS
 					  while the agent does not answer */
 	bool agent_elsewhere;          /* its root is not the share's: logged */
-	bool agent_owns;               /* agent_owner(): files it makes get */
-	uid_t own_uid;                 /* own_uid:own_gid */
-	gid_t own_gid;
+	uid_t own_uid, own_gid;        /* agent_owner(): the share's owner */
 	bool batching;                 /* in replay_batch(): ungate later */
 	int batch_at;                  /* the op replay_batch_part() queues */
 	struct {                       /* its new base, recorded when the */
@@ -478,7 +476,6 @@ static int agent_owner(struct stream *s)
 	char name[64];
 	int rc, rc2;
 
-	s->agent_owns = false;
 	if (rmt_caps(s->share) & RMT_CAP_OWNER)
 		return 0; /* the journal's owners go as they are */
 	snprintf(name, sizeof(name), ".ferryfs-owner.%ld.%u", (long)getpid(),
@@ -497,8 +494,15 @@ static int agent_owner(struct stream *s)
 		return rc2;
 	s->own_uid = st.st_uid;
 	s->own_gid = st.st_gid;
-	s->agent_owns = true;
 	return 0;
+}
+
+/* Through the agent over a share without RMT_CAP_OWNER: what the agent
+ * makes gets own_uid:own_gid (agent_try() used the agent only after
+ * agent_owner() found them). */
+static bool agent_gives_owner(const struct stream *s)
+{
+	return s->r == s->agent && !(rmt_caps(s->share) & RMT_CAP_OWNER);
 }
 
 /*
@@ -1322,13 +1326,13 @@ static void ns_leave(struct jnl_flusher *f)
 }
 
 /* Attributes of @n as an rmt_setattr (owner_bits(): uid/gid). Through an
- * agent that takes the share's owner (agent_owner()), every owner set is
- * that one. */
+ * agent that gives the share's owner (agent_gives_owner()), every owner
+ * set is that one. */
 static struct rmt_setattr attrs_of(const struct stream *s,
 				   const struct jnl_node *n, unsigned int set)
 {
 	struct rmt_setattr sa;
-	bool own = s->r == s->agent && s->agent_owns;
+	bool own = agent_gives_owner(s);
 
 	memset(&sa, 0, sizeof(sa));
 	sa.set = set;
@@ -1343,7 +1347,7 @@ static struct rmt_setattr attrs_of(const struct stream *s,
 
 static unsigned int owner_bits(const struct stream *s)
 {
-	if (s->r == s->agent && s->agent_owns)
+	if (agent_gives_owner(s))
 		return RMT_SET_UID | RMT_SET_GID; /* the share's owner */
 	return s->f->root && (rmt_caps(s->r) & RMT_CAP_OWNER)
 		       ? RMT_SET_UID | RMT_SET_GID
@@ -1462,7 +1466,7 @@ static int replay_attrs(struct stream *s, const struct jnl_op *op,
 	/* the share's owner was given at the create; a file the share had
 	 * keeps its own (an application's chown there is to the login's
 	 * owner, which the share makes a no-op: fs/wb.c refuses others) */
-	if (s->r == s->agent && s->agent_owns)
+	if (agent_gives_owner(s))
 		set &= ~(unsigned int)(RMT_SET_UID | RMT_SET_GID);
 	if (!set)
 		return 0;
