@@ -147,7 +147,8 @@
  *  4. Every struct sfile between srmt_file_open() and srmt_file_close() is
  *     in opened.head with the name it has on the share now (set_aside()
  *     renames it in the list and in its worker under opened.lock and the
- *     locks of every connection concerned).
+ *     locks of every connection concerned); during its CLOSE it is in
+ *     opened.closing (detach_at() waits for it).
  *
  * Called only through remote.c (paths checked by rmt_path_check()) and
  * the pool.
@@ -240,9 +241,10 @@ struct sfile {
 	struct rmt_file base; /* first */
 	uint64_t h; /* the worker's handle (invariant 3) */
 	unsigned int wgen; /* of the worker that opened it */
-	struct sfile *next; /* protected by opened.lock */
+	struct sfile *next; /* in opened.head or .closing; opened.lock */
 	char *path; /* its name now; protected by opened.lock */
 	bool aside; /* path is a SET_ASIDE name; protected by opened.lock */
+	unsigned long close_no; /* in opened.closing: its opened.closes */
 	/* written since its handle was last closed: the calls on a file are
 	 * serial (pool.c binds it to one connection) */
 	bool dirty;
@@ -259,9 +261,11 @@ static struct {
 	struct sfile *head; /* protected by lock */
 	unsigned long seq; /* protected by lock: set-aside names */
 	/* files out of head whose CLOSE is under way; protected by lock */
-	unsigned int closing;
-	pthread_cond_t closed; /* closing went down */
-} opened = { PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, PTHREAD_COND_INITIALIZER };
+	struct sfile *closing;
+	unsigned long closes; /* protected by lock: CLOSEs begun */
+	pthread_cond_t closed; /* a file left closing */
+} opened = { PTHREAD_MUTEX_INITIALIZER, NULL, 0, NULL, 0,
+	     PTHREAD_COND_INITIALIZER };
 
 static struct srmt *to_srmt(struct rmt *r)
 {
@@ -1649,13 +1653,18 @@ out:
 }
 
 /*
- * Close the SMB handles of the files open at path, on every connection
- * (they reopen on their next use): a time set by name while a handle that
- * wrote is open is overwritten by the server when that handle closes
- * (SMB's write time at close). Errors are left to the call that follows.
+ * Before a time is set by path: a handle that wrote makes the server set
+ * the file's write time when it closes (SMB's write time at close), over
+ * the time set. So close the SMB handles of the files open at path, on
+ * every connection (they reopen on their next use), then wait for the
+ * CLOSEs under way, of any name (a file renamed since its handle wrote
+ * has its old name there). A CLOSE begun after the first step finds a
+ * file at path detached. Errors are left to the call that follows.
  */
 static void detach_at(const char *path)
 {
+	struct timespec until;
+	unsigned long mark;
 	struct sfile *f;
 
 	pthread_mutex_lock(&opened.lock);
@@ -1668,6 +1677,17 @@ static void detach_at(const char *path)
 		call(to_srmt(f->base.r), &q, NULL, NULL, NULL, 0, NULL, 0, NULL,
 		     NULL);
 	}
+	mark = opened.closes;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 5; /* a CLOSE is one round trip */
+	for (f = opened.closing; f;)
+		if (f->close_no >= mark)
+			f = f->next;
+		else if (pthread_cond_timedwait(&opened.closed, &opened.lock,
+						&until) == 0)
+			f = opened.closing; /* the list changed: again */
+		else
+			break; /* given up waiting: the time may be lost */
 	pthread_mutex_unlock(&opened.lock);
 }
 
@@ -1926,14 +1946,18 @@ static int srmt_file_close(struct rmt_file *f)
 	for (o = opened.head; o && sf->aside; o = o->next)
 		if (!strcmp(o->path, sf->path))
 			last = false;
-	opened.closing++;
+	sf->close_no = opened.closes++;
+	sf->next = opened.closing;
+	opened.closing = sf;
 	pthread_mutex_unlock(&opened.lock);
 	/* a file of a worker that is gone is closed with it */
 	if (q.wgen == to_srmt(f->r)->wgen && !to_srmt(f->r)->dead)
 		rc = (int)call(to_srmt(f->r), &q, NULL, NULL, NULL, 0, NULL, 0,
 			       NULL, NULL);
 	pthread_mutex_lock(&opened.lock);
-	opened.closing--;
+	for (pp = &opened.closing; *pp != sf; pp = &(*pp)->next)
+		;
+	*pp = sf->next;
 	pthread_cond_broadcast(&opened.closed);
 	pthread_mutex_unlock(&opened.lock);
 	if (sf->aside && last)
