@@ -207,6 +207,12 @@ unsigned int fs_itab_handles(struct fs_itab *t, struct fs_inode *ino,
  * from its inode (which may be freed) and the caller closes h->file and
  * frees h. */
 bool fs_itab_handle_put(struct fs_itab *t, struct fs_handle *h);
+/* Take every handle still open out of the table, as their last puts would
+ * (each inode loses the ref its handles held, and may be freed). Returns
+ * them linked by ->next, NULL if none; the caller closes h->file and frees
+ * each h. Only when no request can run any more: for the opens whose
+ * RELEASE the kernel never sent (the session ended first). */
+struct fs_handle *fs_itab_handles_take(struct fs_itab *t);
 
 /*
  * Close-to-open: the kernel's cached pages of @ino are still good if the
@@ -277,6 +283,10 @@ struct fs {
 	/* the root's last attributes from the share */
 	pthread_mutex_t root_lock;
 	struct stat root_st; /* protected by root_lock */
+	/* directory snapshots open in the kernel (ops.c opendir, until
+	 * releasedir or the end of the session) */
+	pthread_mutex_t dirs_lock;
+	struct fs_dir *dirs; /* protected by dirs_lock */
 };
 
 /* The remote path of @n (+ "/@name"), PATH_MAX bytes: fs_itab_path() in

@@ -618,6 +618,44 @@ bool fs_itab_handle_put(struct fs_itab *t, struct fs_handle *h)
 	return last;
 }
 
+/* Move @n's open handles to the front of the list *@taken; @n keeps the
+ * refs they held (dropped by the caller, outside any walk of the table). */
+static void take_handles(struct fs_inode *n, struct fs_handle **taken)
+{
+	struct fs_handle *h, *next;
+
+	for (h = n->handles; h; h = next) {
+		next = h->next;
+		if (h->refs != 1) /* a borrower, yet no request runs */
+			BUG("handle of inode %llu taken with %u refs",
+			    (unsigned long long)n->ino, h->refs);
+		h->refs = 0;
+		h->prev = NULL;
+		h->next = *taken;
+		*taken = h;
+	}
+	n->handles = NULL;
+}
+
+struct fs_handle *fs_itab_handles_take(struct fs_itab *t)
+{
+	struct fs_handle *taken = NULL, *h;
+	struct fs_inode *n;
+	size_t i;
+
+	pthread_mutex_lock(&t->lock);
+	for (i = 0; i < t->nbuckets; i++)
+		for (n = t->buckets[i]; n; n = n->hnext)
+			take_handles(n, &taken);
+	for (n = t->orphans; n; n = n->onext)
+		take_handles(n, &taken);
+	/* now that no walk is under way: the inodes may go */
+	for (h = taken; h; h = h->next)
+		put_ref(t, h->inode);
+	pthread_mutex_unlock(&t->lock);
+	return taken;
+}
+
 static bool same_time(const struct timespec *a, const struct timespec *b)
 {
 	return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;

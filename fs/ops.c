@@ -71,6 +71,7 @@ struct fs_dir {
 	struct rmt_listing l;
 	uint64_t *ids; /* write-back: journal id of entry i, 0 if none */
 	bool listed;   /* a readdir has run: offset 0 again means rewind */
+	struct fs_dir *prev, *next; /* fs->dirs; protected by fs->dirs_lock */
 };
 
 static bool same_object(const struct fs_inode *n, const struct stat *st)
@@ -78,18 +79,21 @@ static bool same_object(const struct fs_inode *n, const struct stat *st)
 	return n->dev == (uint64_t)st->st_dev && n->ino == (uint64_t)st->st_ino;
 }
 
+/* Close the remote file of a handle out of the table, and free it. */
+static int handle_free(struct fs_handle *h)
+{
+	int rc = rmt_file_close(h->file);
+
+	fs_read_release(h);
+	pthread_mutex_destroy(&h->lock);
+	free(h);
+	return rc;
+}
+
 /* Drop a handle ref; the last one closes the remote file. */
 int fs_handle_put(struct fs *fs, struct fs_handle *h)
 {
-	int rc = 0;
-
-	if (fs_itab_handle_put(fs->itab, h)) {
-		rc = rmt_file_close(h->file);
-		fs_read_release(h);
-		pthread_mutex_destroy(&h->lock);
-		free(h);
-	}
-	return rc;
+	return fs_itab_handle_put(fs->itab, h) ? handle_free(h) : 0;
 }
 
 /* The remote path of ino (+ "/name"); PATH_MAX buffer. */
@@ -977,6 +981,30 @@ static int dir_fill(struct fs *fs, fuse_ino_t ino, struct fs_dir *d)
 	return rc;
 }
 
+/* fs->dirs: the snapshots the kernel has open (close_unreleased()) */
+static void dir_link(struct fs *fs, struct fs_dir *d)
+{
+	pthread_mutex_lock(&fs->dirs_lock);
+	d->prev = NULL;
+	d->next = fs->dirs;
+	if (d->next)
+		d->next->prev = d;
+	fs->dirs = d;
+	pthread_mutex_unlock(&fs->dirs_lock);
+}
+
+static void dir_unlink(struct fs *fs, struct fs_dir *d)
+{
+	pthread_mutex_lock(&fs->dirs_lock);
+	if (d->prev)
+		d->prev->next = d->next;
+	else
+		fs->dirs = d->next;
+	if (d->next)
+		d->next->prev = d->prev;
+	pthread_mutex_unlock(&fs->dirs_lock);
+}
+
 static void op_opendir(fuse_req_t req, fuse_ino_t ino,
 		       struct fuse_file_info *fi)
 {
@@ -992,8 +1020,11 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
 	}
 	fi->fh = (uint64_t)(uintptr_t)d;
 	fi->cache_readdir = 0;
-	if (fuse_reply_open(req, fi) != 0)
+	dir_link(fs, d);
+	if (fuse_reply_open(req, fi) != 0) {
+		dir_unlink(fs, d);
 		dir_free(d);
+	}
 }
 
 /*
@@ -1089,12 +1120,44 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 	do_readdir(req, ino, size, off, fi, true);
 }
 
+/*
+ * The end of the session: close the files and directories still open. The
+ * kernel sends RELEASE and RELEASEDIR in the background after the last
+ * close(2), so one can still be queued in /dev/fuse when a signal ends the
+ * loop; unmounting then aborts the connection and it never comes (nor does
+ * one for a file a process still has open). Only once no request can run.
+ */
+static void close_unreleased(struct fs *fs)
+{
+	struct fs_handle *h = fs_itab_handles_take(fs->itab), *hnext;
+	struct fs_dir *d, *dnext;
+	unsigned int nh = 0, nd = 0;
+
+	for (; h; h = hnext, nh++) {
+		hnext = h->next;
+		handle_free(h);
+	}
+	pthread_mutex_lock(&fs->dirs_lock);
+	d = fs->dirs;
+	fs->dirs = NULL;
+	pthread_mutex_unlock(&fs->dirs_lock);
+	for (; d; d = dnext, nd++) {
+		dnext = d->next;
+		dir_free(d);
+	}
+	if (nh || nd)
+		LOG_DBG("closed %u files and %u directories the kernel did "
+			"not release",
+			nh, nd);
+}
+
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino,
 			  struct fuse_file_info *fi)
 {
 	struct fs_dir *d = (struct fs_dir *)(uintptr_t)fi->fh;
 
 	(void)ino;
+	dir_unlink(fs_of(req), d);
 	dir_free(d);
 	fuse_reply_err(req, 0);
 }
@@ -1366,8 +1429,10 @@ static void set_readahead(const char *mnt)
 
 int fs_run(struct fuse_args *args, const struct fs_opts *o)
 {
-	struct fs fs = { .o = o, .is_root = geteuid() == 0,
-			 .root_lock = PTHREAD_MUTEX_INITIALIZER };
+	struct fs fs = { .o = o,
+			 .is_root = geteuid() == 0,
+			 .root_lock = PTHREAD_MUTEX_INITIALIZER,
+			 .dirs_lock = PTHREAD_MUTEX_INITIALIZER };
 	struct fuse_lowlevel_ops ops = fs_wt_ops;
 	struct fuse_loop_config *cfg = NULL;
 	struct fuse_session *se;
@@ -1475,6 +1540,7 @@ int fs_run(struct fuse_args *args, const struct fs_opts *o)
 out_unmount:
 	fs_ctl_stop(fs.ctl);
 	fuse_session_unmount(se);
+	close_unreleased(&fs); /* the loop's threads are gone: no request */
 	fs_wb_stop(&fs);
 	fs_cache_stop(&fs);
 out_signals:

@@ -290,8 +290,11 @@ round_trip() {
 	fi
 }
 
-# foreground, stopped by fusermount3 -u, then by SIGTERM
-for stop in fusermount3 SIGTERM; do
+# foreground, stopped by fusermount3 -u, then by SIGTERM, then by SIGTERM
+# while files and a directory of the mount are open (their RELEASE never
+# comes: the daemon must still close and free them, which the ASan pass
+# checks through the exit status)
+for stop in fusermount3 SIGTERM "SIGTERM, files open"; do
 	new_pair
 	"$FERRYFS" mount "$R" "$M" -f </dev/null >"$OUT" 2>"$ERR" &
 	pid=$!
@@ -300,17 +303,24 @@ for stop in fusermount3 SIGTERM; do
 		check "-f ($stop): stays in the foreground" "pid $pid gone" \
 			kill -0 "$pid"
 		round_trip "-f ($stop)"
-		if [ "$stop" = fusermount3 ]; then
-			fusermount3 -u "$M"
-		else
+		case $stop in
+		fusermount3) fusermount3 -u "$M" ;;
+		SIGTERM) kill -TERM "$pid" ;;
+		*)
+			# read-through, a journal file read and written, a dir
+			mkdir "$M/d$k" && echo local >"$M/w$k" &&
+				exec 3<"$M/probe-$k.back" 4<"$M/w$k" \
+					5>>"$M/w$k" 6<"$M/d$k"
 			kill -TERM "$pid"
-		fi
+			;;
+		esac
 	fi
 	check "-f ($stop): the process ends within 10 s" "still running" \
 		wait_gone "$pid"
 	kill -KILL "$pid" 2>/dev/null
 	wait "$pid"
 	rc=$?
+	exec 3<&- 4<&- 5>&- 6<&-
 	check "-f ($stop): exit status 0" "exit $rc, stderr: $(show "$ERR")" \
 		[ "$rc" = 0 ]
 	check "-f ($stop): unmounted afterwards" "$M still mounted" \

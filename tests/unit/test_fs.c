@@ -286,6 +286,57 @@ static void test_fs__handles_pin_inode(void **state)
 	fs_itab_assert_sane(t);
 }
 
+/* the end of a session: the handles the kernel never released */
+static void test_fs__handles_take_all(void **state)
+{
+	struct fs_itab *t = *state;
+	struct fs_inode *root = fs_itab_root(t), *d, *x, *y, *o, *od;
+	struct stat sd = mkst(60, S_IFDIR), sx = mkst(61, S_IFREG),
+		    sy = mkst(62, S_IFREG), so = mkst(63, S_IFREG),
+		    sod = mkst(63, S_IFDIR);
+	struct fs_handle h[4] = { { 0 } }, *l;
+	bool seen[4] = { false };
+	int i, n = 0;
+
+	assert_null(fs_itab_handles_take(t));
+	assert_rc_ok(fs_itab_lookup(t, root, "d", &sd, 1, &d));
+	assert_rc_ok(fs_itab_lookup(t, d, "x", &sx, 1, &x));
+	assert_rc_ok(fs_itab_lookup(t, root, "y", &sy, 1, &y));
+	assert_rc_ok(fs_itab_lookup(t, root, "o", &so, 1, &o));
+	h[0].inode = x;
+	h[1].inode = y;
+	h[2].inode = y;
+	h[3].inode = o;
+	for (i = 0; i < 4; i++)
+		fs_itab_handle_add(t, &h[i]);
+	fs_itab_forget(t, x, 1); /* x pinned by its handle, d by x */
+	fs_itab_forget(t, d, 1);
+	/* the share reused o's number for a directory: o is an orphan */
+	assert_rc_ok(fs_itab_lookup(t, root, "o", &sod, 1, &od));
+	assert_ptr_not_equal(o, od);
+	assert_int_equal(fs_itab_count(t), 5);
+	fs_itab_assert_sane(t);
+
+	for (l = fs_itab_handles_take(t); l; l = l->next, n++) {
+		assert_true(l >= h && l < h + 4);
+		assert_false(seen[l - h]);
+		seen[l - h] = true;
+		assert_int_equal(l->refs, 0);
+	}
+	assert_int_equal(n, 4);
+	assert_int_equal(fs_itab_count(t), 3); /* d and x went */
+	assert_null(fs_itab_find(t, 7, 60));
+	assert_null(fs_itab_find(t, 7, 61));
+	assert_null(fs_itab_handle_any(t, y));
+	assert_null(fs_itab_handles_take(t));
+	fs_itab_assert_sane(t);
+	fs_itab_forget(t, o, 1); /* frees the orphan: its handle ref is gone */
+	fs_itab_forget(t, y, 1);
+	fs_itab_forget(t, od, 1);
+	assert_int_equal(fs_itab_count(t), 1);
+	fs_itab_assert_sane(t);
+}
+
 static void test_fs__keep_cache_close_to_open(void **state)
 {
 	struct fs_itab *t = *state;
@@ -479,6 +530,7 @@ int main(void)
 		T(test_fs__path_too_long),
 		T(test_fs__many_inodes_grow_table),
 		T(test_fs__handles_pin_inode),
+		T(test_fs__handles_take_all),
 		T(test_fs__keep_cache_close_to_open),
 		T(test_fs__path_rel_stops_at_journal_id),
 		cmocka_unit_test(test_fs__opts_writeback),
