@@ -1525,6 +1525,36 @@ static bool at_or_below(const struct sfile *f, const char *p, bool below)
 }
 
 /*
+ * With opened.lock held: wait, at most @secs seconds, until no CLOSE begun
+ * before the @mark-th (ULONG_MAX: any, also one begun meanwhile) is under
+ * way. Returns early, the CLOSEs still under way, if the time is up.
+ */
+static void closes_wait(unsigned long mark, time_t secs)
+{
+	struct timespec until;
+	struct sfile *f;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += secs;
+	for (f = opened.closing; f;)
+		if (f->close_no >= mark)
+			f = f->next;
+		else if (pthread_cond_timedwait(&opened.closed, &opened.lock,
+						&until) == 0)
+			f = opened.closing; /* the list changed: again */
+		else
+			break;
+}
+
+/* Take @sf out of the list at *@pp (opened.head or .closing). */
+static void sfile_unlink(struct sfile **pp, struct sfile *sf)
+{
+	while (*pp != sf)
+		pp = &(*pp)->next;
+	*pp = sf->next;
+}
+
+/*
  * An unlink (to NULL) or rename that SMB refused because files open here
  * are in the way (top of file, "Open files"): close their handles, move
  * the file at the name being removed or replaced to a hidden name in its
@@ -1561,17 +1591,7 @@ static int set_aside(struct srmt *s, const char *from, const char *to,
 	if (n == 0) {
 		/* a CLOSE in flight (FUSE's release runs next to the unlink
 		 * that follows it): wait for it, then the caller tries again */
-		if (opened.closing) {
-			struct timespec until;
-
-			clock_gettime(CLOCK_REALTIME, &until);
-			until.tv_sec += 2;
-			while (opened.closing &&
-			       pthread_cond_timedwait(&opened.closed,
-						      &opened.lock,
-						      &until) == 0)
-				;
-		}
+		closes_wait(ULONG_MAX, 2);
 		goto out;
 	}
 	ss[ns++] = s;
@@ -1663,8 +1683,6 @@ out:
  */
 static void detach_at(const char *path)
 {
-	struct timespec until;
-	unsigned long mark;
 	struct sfile *f;
 
 	pthread_mutex_lock(&opened.lock);
@@ -1677,17 +1695,8 @@ static void detach_at(const char *path)
 		call(to_srmt(f->base.r), &q, NULL, NULL, NULL, 0, NULL, 0, NULL,
 		     NULL);
 	}
-	mark = opened.closes;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += 5; /* a CLOSE is one round trip */
-	for (f = opened.closing; f;)
-		if (f->close_no >= mark)
-			f = f->next;
-		else if (pthread_cond_timedwait(&opened.closed, &opened.lock,
-						&until) == 0)
-			f = opened.closing; /* the list changed: again */
-		else
-			break; /* given up waiting: the time may be lost */
+	/* a CLOSE is one round trip; after 5 s the time may be lost */
+	closes_wait(opened.closes, 5);
 	pthread_mutex_unlock(&opened.lock);
 }
 
@@ -1935,14 +1944,12 @@ static int srmt_file_close(struct rmt_file *f)
 	struct req q = { .op = OP_CLOSE,
 			 .h = to_sfile(f)->h,
 			 .wgen = to_sfile(f)->wgen };
-	struct sfile *sf = to_sfile(f), **pp, *o;
+	struct sfile *sf = to_sfile(f), *o;
 	bool last = true;
 	int rc = 0;
 
 	pthread_mutex_lock(&opened.lock);
-	for (pp = &opened.head; *pp != sf; pp = &(*pp)->next)
-		;
-	*pp = sf->next;
+	sfile_unlink(&opened.head, sf);
 	for (o = opened.head; o && sf->aside; o = o->next)
 		if (!strcmp(o->path, sf->path))
 			last = false;
@@ -1955,9 +1962,7 @@ static int srmt_file_close(struct rmt_file *f)
 		rc = (int)call(to_srmt(f->r), &q, NULL, NULL, NULL, 0, NULL, 0,
 			       NULL, NULL);
 	pthread_mutex_lock(&opened.lock);
-	for (pp = &opened.closing; *pp != sf; pp = &(*pp)->next)
-		;
-	*pp = sf->next;
+	sfile_unlink(&opened.closing, sf);
 	pthread_cond_broadcast(&opened.closed);
 	pthread_mutex_unlock(&opened.lock);
 	if (sf->aside && last)
