@@ -1527,9 +1527,10 @@ static bool at_or_below(const struct sfile *f, const char *p, bool below)
 /*
  * With opened.lock held: wait, at most @secs seconds, until no CLOSE begun
  * before the @mark-th (ULONG_MAX: any, also one begun meanwhile) is under
- * way. Returns early, the CLOSEs still under way, if the time is up.
+ * way. Returns the file of a CLOSE still under way when the time was up,
+ * else NULL.
  */
-static void closes_wait(unsigned long mark, time_t secs)
+static struct sfile *closes_wait(unsigned long mark, time_t secs)
 {
 	struct timespec until;
 	struct sfile *f;
@@ -1543,7 +1544,8 @@ static void closes_wait(unsigned long mark, time_t secs)
 						&until) == 0)
 			f = opened.closing; /* the list changed: again */
 		else
-			break;
+			return f;
+	return NULL;
 }
 
 /* Take @sf out of the list at *@pp (opened.head or .closing). */
@@ -1696,7 +1698,11 @@ static void detach_at(const char *path)
 		     NULL);
 	}
 	/* a CLOSE is one round trip; after 5 s the time may be lost */
-	closes_wait(opened.closes, 5);
+	f = closes_wait(opened.closes, 5);
+	if (f)
+		LOG_WARN("smb: the CLOSE of '%s' has taken over 5 s: the times "
+			 "set on '%s' now may become that close's",
+			 f->path, path);
 	pthread_mutex_unlock(&opened.lock);
 }
 
