@@ -1544,8 +1544,12 @@ static struct sfile *closes_wait(unsigned long mark, time_t secs)
 						&until) == 0)
 			f = opened.closing; /* the list changed: again */
 		else
-			return f;
-	return NULL;
+			break;
+	/* the time is up: look again, @f may have closed (and been freed)
+	 * as the wait timed out */
+	for (f = opened.closing; f && f->close_no >= mark; f = f->next)
+		;
+	return f;
 }
 
 /* Take @sf out of the list at *@pp (opened.head or .closing). */
