@@ -12,21 +12,22 @@
 struct fuse_args;
 
 /* What the command line asked for. Strings are malloc'ed; release with
- * fs_opts_release(). */
+ * fs_opts_release(). A flag fuse_opt sets (OPT() in opts.c) is an int:
+ * fuse_opt stores an int there, which a bool field would overrun. */
 struct fs_opts {
 	char *remote;       /* REMOTE (first non-option argument) */
 	char *mountpoint;   /* MOUNTPOINT (second) */
 	char *remote_opts;  /* -o remote_*=...: for rmt_open(), or NULL */
 	bool foreground;    /* -f */
 	bool debug;         /* -d */
-	bool single_thread; /* -s */
+	int single_thread;  /* -s */
 	bool show_help;     /* -h, --help */
 	bool show_version;  /* -V, --version */
 	double attr_timeout;     /* -o attr_timeout=SEC, default 1 */
 	double entry_timeout;    /* -o entry_timeout=SEC, default 1 */
 	double negative_timeout; /* -o negative_timeout=SEC, default 1 */
-	bool no_allow_other;     /* -o noallow_other: not even as root */
-	bool no_direct_write;    /* -o no_direct_write: write-only opens
+	int no_allow_other;      /* -o noallow_other: not even as root */
+	int no_direct_write;     /* -o no_direct_write: write-only opens
 				    through the page cache too */
 	unsigned int max_threads;  /* -o max_threads=N, default 16 */
 	unsigned int max_read;     /* -o max_read=BYTES: the largest read
@@ -58,7 +59,7 @@ struct fs_opts {
 	/* ferry-agent next to the share (remote/agent.c) */
 	char *agent;               /* -o agent=HOST:PORT, or NULL */
 	char *agent_key;           /* -o agent_key=FILE */
-	bool agent_encrypt;        /* -o agent_encrypt */
+	int agent_encrypt;         /* -o agent_encrypt */
 	/* the strings behind the values above, as given (parse_into) */
 	char *s_writeback, *s_sync, *s_verify, *s_bwlimit, *s_journal_max,
 		*s_chunk_size;

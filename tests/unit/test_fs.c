@@ -422,6 +422,30 @@ static void test_fs__opts_fstab_form_and_flags(void **state)
 	fs_opts_release(&o);
 }
 
+/* fuse_opt stores an int at a flag's offset: the flag is set and its
+ * neighbours keep their values */
+static void test_fs__opts_flags_keep_their_neighbours(void **state)
+{
+	struct fuse_args args;
+	struct fs_opts o;
+	char err[256];
+
+	(void)state;
+	assert_rc_ok(parse(&args, &o, err, 6, "ferryfs", "/srv", "/mnt", "-s",
+			   "-o", "no_direct_write,noallow_other,agent=h:1,"
+			   "agent_key=/k,agent_encrypt"));
+	assert_true(o.single_thread);
+	assert_false(o.show_help);
+	assert_false(o.show_version);
+	assert_true(o.no_direct_write);
+	assert_true(o.no_allow_other);
+	assert_int_equal(o.max_threads, 16);
+	assert_true(o.agent_encrypt);
+	assert_string_equal(o.agent, "h:1");
+	fuse_opt_free_args(&args);
+	fs_opts_release(&o);
+}
+
 static void test_fs__opts_remote_options_go_to_the_remote(void **state)
 {
 	struct fuse_args args;
@@ -536,6 +560,7 @@ int main(void)
 		cmocka_unit_test(test_fs__opts_writeback),
 		cmocka_unit_test(test_fs__opts_mount_verb_and_defaults),
 		cmocka_unit_test(test_fs__opts_fstab_form_and_flags),
+		cmocka_unit_test(test_fs__opts_flags_keep_their_neighbours),
 		cmocka_unit_test(test_fs__opts_remote_options_go_to_the_remote),
 		cmocka_unit_test(test_fs__opts_errors),
 #undef T
