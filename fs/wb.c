@@ -52,6 +52,7 @@
 #include <linux/falloc.h>
 #include <limits.h>
 #include <stdint.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -2211,6 +2212,7 @@ static int wb_status(struct fs *fs, char *reply, size_t size)
 		reply, size,
 		"{\"ok\": true, \"mountpoint\": \"%s\", \"remote\": \"%s\", "
 		"\"mode\": \"write-back\", \"journal\": \"%s\", "
+		"\"journal_id\": \"%016" PRIx64 "\", "
 		"\"paused\": %s, \"drained\": %s, \"failed\": %d, "
 		"\"pending_bytes\": %llu, \"pending_files\": %llu, "
 		"\"pending_ops\": %llu, \"uncommitted\": %llu, "
@@ -2222,7 +2224,8 @@ static int wb_status(struct fs *fs, char *reply, size_t size)
 		"\"remote_bytes_read\": %llu, \"remote_bytes_written\": %llu, "
 		"\"remote_ops\": %llu, \"uptime_s\": %lld, \"streams\": [",
 		fs->mnt_abs, rmt_id(fs->rmt), fs->journal_dir,
-		fst->paused ? "true" : "false", drained ? "true" : "false",
+		jnl_ident(fs->jnl), fst->paused ? "true" : "false",
+		drained ? "true" : "false",
 		fst->failed, pending, (unsigned long long)st.dirty_nodes,
 		(unsigned long long)st.pending_ops,
 		(unsigned long long)st.uncommitted,

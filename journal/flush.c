@@ -467,7 +467,9 @@ static void count_error(struct stream *s, int rc, bool retry)
  * remove what it wrote. Which owner that is, the share's server decides
  * (its login, a "force user"): a probe file made through the share, seen
  * through the agent, tells. The probe is named like no file of a user
- * and lives for three round trips at the share's root.
+ * and lives for three round trips at the share's root; named by the
+ * journal and the stream, so that one a killed daemon left is truncated
+ * and removed by the next probe of the same journal.
  */
 static int agent_owner(struct stream *s)
 {
@@ -478,8 +480,8 @@ static int agent_owner(struct stream *s)
 
 	if (rmt_caps(s->share) & RMT_CAP_OWNER)
 		return 0; /* the journal's owners go as they are */
-	snprintf(name, sizeof(name), ".ferryfs-owner.%ld.%u", (long)getpid(),
-		 s->no);
+	snprintf(name, sizeof(name), ".ferryfs-owner.%016" PRIx64 ".%u",
+		 jnl_ident(s->f->j), s->no);
 	rc = rmt_file_open(s->share, name, O_WRONLY | O_CREAT | O_TRUNC, 0600,
 			   &rf);
 	if (rc)

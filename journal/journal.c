@@ -274,6 +274,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include "journal_i.h"
@@ -1016,6 +1017,33 @@ static int init_meta(struct jnl *j, struct jnl_wtx *w,
 	return rc;
 }
 
+/* j->ident from meta "ident"; made if missing (a new journal, or one of
+ * a ferryfs that had no ident). */
+static int load_ident(struct jnl *j, MDB_txn *txn)
+{
+	MDB_val k = { 5, "ident" }, v;
+	int rc;
+
+	rc = mdb_get(txn, j->db_meta, &k, &v);
+	if (!rc && v.mv_size == sizeof(j->ident)) {
+		memcpy(&j->ident, v.mv_data, sizeof(j->ident));
+		return 0;
+	}
+	if (rc && rc != MDB_NOTFOUND)
+		return open_err(j, rc, "reading meta");
+	if (getrandom(&j->ident, sizeof(j->ident), 0) !=
+	    (ssize_t)sizeof(j->ident)) {
+		rc = -errno;
+		set_errmsg("cannot name journal '%s': getrandom: %s", j->dir,
+			   strerror(errno));
+		return rc;
+	}
+	v.mv_size = sizeof(j->ident);
+	v.mv_data = &j->ident;
+	rc = mdb_put(txn, j->db_meta, &k, &v, 0);
+	return rc ? open_err(j, rc, "writing meta") : 0;
+}
+
 static int check_meta(struct jnl *j, MDB_txn *txn,
 		      const struct jnl_config *cfg, struct jnl_meta_rec *m)
 {
@@ -1202,6 +1230,8 @@ static int open_env(struct jnl *j, bool creating, unsigned int flags,
 					   j->dir, strerror(-rc));
 		}
 	}
+	if (!rc)
+		rc = load_ident(j, w.txn);
 	if (rc)
 		goto out_abort;
 	j->chunk_size = w.m.chunk_size;
@@ -1354,6 +1384,11 @@ void jnl_close(struct jnl *j)
 uint32_t jnl_chunk_size(const struct jnl *j)
 {
 	return j->chunk_size;
+}
+
+uint64_t jnl_ident(const struct jnl *j)
+{
+	return j->ident;
 }
 
 const char *jnl_remote_id(const struct jnl *j)

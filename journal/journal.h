@@ -189,6 +189,9 @@ void jnl_close(struct jnl *j);
 const char *jnl_errmsg(void);
 
 uint32_t jnl_chunk_size(const struct jnl *j);
+/* This journal's name, random, fixed at its first open: what it leaves
+ * on the remote (a probe) is named by it, so its next run finds it. */
+uint64_t jnl_ident(const struct jnl *j);
 /* The remote id the journal belongs to (jnl_config.remote_id, checked at
  * open). Owned by j. */
 const char *jnl_remote_id(const struct jnl *j);

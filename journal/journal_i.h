@@ -45,7 +45,9 @@
 
 #define JNL_MAGIC 0x4a595246u /* "FRYJ" read as a little-endian u32 */
 
-/* meta: "meta" -> struct jnl_meta_rec, "remote_id" -> bytes (no NUL) */
+/* meta: "meta" -> struct jnl_meta_rec, "remote_id" -> bytes (no NUL),
+ * "ident" -> 8 random bytes (jnl_ident(); made at the first open that
+ * misses them) */
 struct jnl_meta_rec {
 	uint32_t magic;      /* JNL_MAGIC; byte-swapped = another machine */
 	uint32_t format;     /* JNL_FORMAT_VERSION */
@@ -303,6 +305,7 @@ struct jnl {
 	unsigned int wait_ms;   /* a writer waits this long for room */
 	unsigned int commit_ms;
 	uint64_t resent_bytes; /* set by recovery in jnl_open() */
+	uint64_t ident;        /* jnl_ident() */
 
 	atomic_int failed; /* 0, or the sticky error (-EIO) */
 

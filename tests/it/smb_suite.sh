@@ -379,7 +379,7 @@ agent_written() {
 
 agent_check() {
 	local dir=smb-agent-$$ mnt=$W/mnt-agent src=$W/agent-src owner f bad=0
-	local d=$SHARE_DIR/smb-agent-$$ big=$((12 << 20)) n i
+	local d=$SHARE_DIR/smb-agent-$$ big=$((12 << 20)) n i id
 	local made=$'made by samba\nappended'
 	printf 'made by samba\n' >"$W/pre.txt"
 	smbc "$dir" "put $W/pre.txt Same.txt; put $W/pre.txt Pre1.txt; put $W/pre.txt Pre2.txt; put $W/pre.txt Pre3.txt; put $W/pre.txt Pre4.txt" ||
@@ -410,8 +410,19 @@ agent_check() {
 	# through the share for a while) while a copy of the tree's small files
 	# flushes, in batches, through the agent
 	cp -a "$src/tree" "$mnt/" &&
-		timeout 120 "$FERRYFS" flush --wait "$mnt" &&
-		mkdir "$mnt/tree2" &&
+		timeout 120 "$FERRYFS" flush --wait "$mnt" ||
+		{ fusermount3 -u "$mnt"; return 1; }
+	# a probe a killed daemon left (named by the journal and the stream)
+	# is removed by the next mount of the same journal
+	id=$("$FERRYFS" status --json "$mnt" |
+		sed -n 's/.*"journal_id": "\([0-9a-f]*\)".*/\1/p')
+	fusermount3 -u "$mnt" || return 1
+	[ -n "$id" ] || { echo "no journal_id in status --json"; return 1; }
+	smbc "$dir" "put $W/pre.txt .ferryfs-owner.$id.0" || return 1
+	[ -e "$d/.ferryfs-owner.$id.0" ] || { echo "probe not planted"; return 1; }
+	"$W/ferryfs" mount "$SMB_URL/$dir" "$mnt" -o credentials="$CRED",agent="$NAS_IP:7078/$dir",agent_key="$W/agent.key",journal="$W/j-agent",cache="$W/c-agent" </dev/null ||
+		return 1
+	mkdir "$mnt/tree2" &&
 		echo appended >>"$mnt/Same.txt" &&
 		for i in 1 2 3 4; do
 			cp -a "$src/tree/a" "$mnt/tree2/a$i" &&

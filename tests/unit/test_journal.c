@@ -294,16 +294,26 @@ static void test_journal__create_then_reopen(void **state)
 	struct fx *fx = *state;
 	struct jnl_node root;
 	struct jnl_config other = fx->cfg;
+	uint64_t ident = jnl_ident(fx->j);
+	char dir2[300];
+	struct jnl *j2;
 	jnl_id id;
 	bool wh;
 
 	assert_int_equal(jnl_chunk_size(fx->j), CS);
+	/* the journal's name: fixed at creation, another journal's differs */
+	assert_true(ident != 0);
+	snprintf(dir2, sizeof(dir2), "%s/j2", fx->tmp);
+	assert_rc_ok(jnl_open(dir2, &fx->cfg, JNL_CREATE, &j2));
+	assert_true(jnl_ident(j2) != ident);
+	jnl_close(j2);
 	assert_rc_ok(jnl_node_get(fx->j, JNL_ROOT, &root));
 	assert_true(S_ISDIR(root.mode));
 	assert_false(root.flags & JNL_NODE_LOCAL);
 	assert_rpath(fx->j, JNL_ROOT, "");
 	mk_dir(fx->j, JNL_ROOT, "kept");
 	reopen(fx);
+	assert_true(jnl_ident(fx->j) == ident);
 	assert_rc_ok(jnl_lookup(fx->j, JNL_ROOT, "kept", &id, &wh));
 	assert_int_equal(id, JNL_ROOT + 1);
 	/* the stored chunk size wins over the configured one */
