@@ -91,6 +91,9 @@ struct fs_inode {
 	bool orphan;                /* out of the hash, on itab's orphans
 				       list (onext); protected by itab->lock */
 	struct fs_inode *onext;
+	uint64_t moved;             /* fs_itab_moves() at the last rename or
+				       unlink of one of its names; protected
+				       by itab->lock */
 	/* close-to-open: what size/mtime the kernel's page cache holds;
 	 * protected by itab->lock */
 	bool cache_known;
@@ -126,6 +129,26 @@ size_t fs_itab_count(struct fs_itab *t);
 int fs_itab_lookup(struct fs_itab *t, struct fs_inode *parent,
 		   const char *name, const struct stat *st,
 		   uint64_t nlookup_inc, struct fs_inode **out);
+
+/*
+ * A LOOKUP races renames and unlinks: the kernel revalidates a dentry
+ * without the directory's lock, so "b is X" from the remote may arrive
+ * after a rename moved X from b to a here, and recording it would give X
+ * its old name back (its path, used by the next open, would be gone).
+ * fs_itab_moves() counts the renames and unlinks of the table; take it
+ * before asking the remote, and give it to fs_itab_lookup_since(), which
+ * is fs_itab_lookup() except that it fails with -EAGAIN (nothing changed)
+ * when a name of the inode found was moved or removed since: ask the
+ * remote again. FS_ITAB_ANY: no check (the last try).
+ */
+#define FS_ITAB_ANY UINT64_MAX
+uint64_t fs_itab_moves(struct fs_itab *t);
+int fs_itab_lookup_since(struct fs_itab *t, struct fs_inode *parent,
+			 const char *name, const struct stat *st,
+			 uint64_t nlookup_inc, uint64_t since,
+			 struct fs_inode **out);
+/* How often a LOOKUP asks the remote again before it takes the answer */
+#define FS_LOOKUP_TRIES 8
 
 /* The remote inode number of @ino's (first) parent, for a ".." entry;
  * @ino's own for the root or an inode with no name left. */

@@ -32,6 +32,7 @@ struct fs_itab {
 	 * (the remote reused the number for another type): freed on forget,
 	 * or by fs_itab_free(); protected by lock, linked by onext */
 	struct fs_inode *orphans;
+	uint64_t moves; /* renames and unlinks so far; protected by lock */
 };
 
 static size_t hash_key(uint64_t dev, uint64_t ino)
@@ -285,9 +286,28 @@ size_t fs_itab_count(struct fs_itab *t)
 	return c;
 }
 
+uint64_t fs_itab_moves(struct fs_itab *t)
+{
+	uint64_t m;
+
+	pthread_mutex_lock(&t->lock);
+	m = t->moves;
+	pthread_mutex_unlock(&t->lock);
+	return m;
+}
+
 int fs_itab_lookup(struct fs_itab *t, struct fs_inode *parent,
 		   const char *name, const struct stat *st,
 		   uint64_t nlookup_inc, struct fs_inode **out)
+{
+	return fs_itab_lookup_since(t, parent, name, st, nlookup_inc,
+				    FS_ITAB_ANY, out);
+}
+
+int fs_itab_lookup_since(struct fs_itab *t, struct fs_inode *parent,
+			 const char *name, const struct stat *st,
+			 uint64_t nlookup_inc, uint64_t since,
+			 struct fs_inode **out)
 {
 	struct fs_inode *n;
 	bool fresh = false;
@@ -295,6 +315,10 @@ int fs_itab_lookup(struct fs_itab *t, struct fs_inode *parent,
 
 	pthread_mutex_lock(&t->lock);
 	n = find_locked(t, st->st_dev, st->st_ino);
+	if (n && since != FS_ITAB_ANY && n->moved > since) {
+		pthread_mutex_unlock(&t->lock);
+		return -EAGAIN; /* the answer may predate that move */
+	}
 	if (n && n != t->root && n->type != (st->st_mode & S_IFMT)) {
 		/* the remote reused the inode number for another object:
 		 * the old inode stays reachable by the kernel until forgotten
@@ -374,8 +398,11 @@ void fs_itab_unlink(struct fs_itab *t, struct fs_inode *parent,
 
 	pthread_mutex_lock(&t->lock);
 	n = find_locked(t, dev, ino);
-	if (n)
+	t->moves++;
+	if (n) {
+		n->moved = t->moves;
 		link_del(t, n, parent, name);
+	}
 	pthread_mutex_unlock(&t->lock);
 }
 
@@ -392,11 +419,16 @@ int fs_itab_rename(struct fs_itab *t, struct fs_inode *p1, const char *n1,
 		b = find_locked(t, k2->st_dev, k2->st_ino);
 	if (a == b)
 		b = NULL; /* rename between two links of one file: a no-op */
+	t->moves++;
 	/* pin both while links move, so neither is freed half way */
-	if (a)
+	if (a) {
 		a->refs++;
-	if (b)
+		a->moved = t->moves;
+	}
+	if (b) {
 		b->refs++;
+		b->moved = t->moves;
+	}
 	if (b) {
 		link_del(t, b, p2, n2);
 		if (exchange)

@@ -273,17 +273,32 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->time_gran = 1;
 }
 
+/* The remote's answer to a LOOKUP, asked again while the object found
+ * was renamed or unlinked meanwhile (fs_itab_lookup_since()). */
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fs *fs = fs_of(req);
+	struct fuse_entry_param e;
 	char path[PATH_MAX];
+	struct fs_inode *n;
 	struct stat st;
-	int rc = path_of(fs, parent, name, path);
+	int rc, tries = 0;
 
-	if (rc == 0)
-		rc = rmt_stat(fs->rmt, path, &st);
+	do {
+		uint64_t since = ++tries < FS_LOOKUP_TRIES
+					 ? fs_itab_moves(fs->itab)
+					 : FS_ITAB_ANY;
+
+		rc = path_of(fs, parent, name, path);
+		if (rc == 0)
+			rc = rmt_stat(fs->rmt, path, &st);
+		if (rc == 0)
+			rc = fs_itab_lookup_since(fs->itab,
+						  inode_of(fs, parent), name,
+						  &st, 1, since, &n);
+	} while (rc == -EAGAIN);
 	if (rc == -ENOENT && fs->o->negative_timeout > 0) {
-		struct fuse_entry_param e = {
+		e = (struct fuse_entry_param){
 			.ino = 0,
 			.entry_timeout = fs->o->negative_timeout,
 		};
@@ -294,7 +309,9 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		reply_err(req, rc);
 		return;
 	}
-	reply_new_entry(req, inode_of(fs, parent), name, &st);
+	fs_fill_entry(fs, &e, n, &st);
+	if (fuse_reply_entry(req, &e) != 0)
+		fs_itab_forget(fs->itab, n, 1); /* the kernel never got it */
 }
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)

@@ -551,15 +551,22 @@ out:
 
 /* --- entries ------------------------------------------------------------- */
 
-static void reply_entry_st(fuse_req_t req, struct fs_inode *parent,
-			   const char *name, jnl_id id, const struct stat *st)
+/* Reply the entry (@parent, @name) -> @st (node @id, or 0). -EAGAIN
+ * (nothing replied): the object was renamed or unlinked since @since
+ * (fs_itab_lookup_since()). */
+static int reply_entry_since(fuse_req_t req, struct fs_inode *parent,
+			     const char *name, jnl_id id,
+			     const struct stat *st, uint64_t since)
 {
 	struct fs *fs = fs_of(req);
 	struct fuse_entry_param e;
 	struct stat a = *st;
 	struct fs_inode *n = NULL;
-	int rc = fs_itab_lookup(fs->itab, parent, name, st, 1, &n);
+	int rc = fs_itab_lookup_since(fs->itab, parent, name, st, 1, since,
+				      &n);
 
+	if (rc == -EAGAIN)
+		return rc;
 	if (rc == 0 && id && inode_id(fs, n) != id)
 		rc = fs_itab_set_id(fs->itab, n, id);
 	else if (rc == 0 && !id && (id = inode_id(fs, n)) != 0)
@@ -568,19 +575,40 @@ static void reply_entry_st(fuse_req_t req, struct fs_inode *parent,
 		if (n)
 			fs_itab_forget(fs->itab, n, 1);
 		reply_err(req, rc);
-		return;
+		return 0;
 	}
 	fs_fill_entry(fs, &e, n, &a);
 	if (fuse_reply_entry(req, &e) != 0)
 		fs_itab_forget(fs->itab, n, 1);
+	return 0;
 }
 
+static void reply_entry_st(fuse_req_t req, struct fs_inode *parent,
+			   const char *name, jnl_id id, const struct stat *st)
+{
+	reply_entry_since(req, parent, name, id, st, FS_ITAB_ANY);
+}
+
+/* Asked again while the object found was renamed or unlinked meanwhile
+ * (ops.c op_lookup). */
 static void wb_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fs *fs = fs_of(req);
 	struct found f;
-	int rc = find(fs, inode_of(fs, parent), name, &f);
+	int rc, tries = 0;
 
+	do {
+		uint64_t since = ++tries < FS_LOOKUP_TRIES
+					 ? fs_itab_moves(fs->itab)
+					 : FS_ITAB_ANY;
+
+		rc = find(fs, inode_of(fs, parent), name, &f);
+		if (rc == 0)
+			rc = reply_entry_since(req, inode_of(fs, parent), name,
+					       f.id, &f.st, since);
+	} while (rc == -EAGAIN);
+	if (rc == 0)
+		return;
 	if (rc == -ENOENT && fs->o->negative_timeout > 0) {
 		struct fuse_entry_param e = {
 			.entry_timeout = fs->o->negative_timeout,
@@ -588,11 +616,7 @@ static void wb_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_entry(req, &e);
 		return;
 	}
-	if (rc < 0) {
-		reply_err(req, rc);
-		return;
-	}
-	reply_entry_st(req, inode_of(fs, parent), name, f.id, &f.st);
+	reply_err(req, rc);
 }
 
 /* --- attributes ---------------------------------------------------------- */

@@ -208,6 +208,49 @@ static void test_fs__rename_moves_subtree(void **state)
 	}
 }
 
+/* A LOOKUP answered from before a rename or unlink of the object it found
+ * does not give the object its old name back: -EAGAIN, nothing changed */
+static void test_fs__lookup_since_a_move_asks_again(void **state)
+{
+	struct fs_itab *t = *state;
+	struct fs_inode *root = fs_itab_root(t), *a, *b, *f, *x;
+	struct stat sa = mkst(40, S_IFDIR), sb = mkst(41, S_IFDIR),
+		    sf = mkst(42, S_IFREG), sx = mkst(43, S_IFREG);
+	uint64_t since;
+
+	assert_rc_ok(fs_itab_lookup(t, root, "a", &sa, 1, &a));
+	assert_rc_ok(fs_itab_lookup(t, root, "b", &sb, 1, &b));
+	assert_rc_ok(fs_itab_lookup(t, b, "f", &sf, 1, &f));
+	/* "b/f is f" asked before the rename b/f -> a/f, recorded after */
+	since = fs_itab_moves(t);
+	assert_rc_ok(fs_itab_rename(t, b, "f", &sf, a, "f", NULL, false));
+	assert_int_equal(fs_itab_lookup_since(t, b, "f", &sf, 1, since, &x),
+			 -EAGAIN);
+	fs_itab_assert_sane(t);
+	assert_path(t, f, NULL, "a/f");
+	/* asked again after it: taken */
+	since = fs_itab_moves(t);
+	assert_rc_ok(fs_itab_lookup_since(t, a, "f", &sf, 1, since, &x));
+	assert_ptr_equal(x, f);
+	fs_itab_forget(t, f, 1);
+	/* a move of another object does not matter */
+	assert_rc_ok(fs_itab_lookup(t, root, "x", &sx, 1, &x));
+	since = fs_itab_moves(t);
+	assert_rc_ok(fs_itab_rename(t, root, "x", &sx, b, "x", NULL, false));
+	assert_rc_ok(fs_itab_lookup_since(t, a, "f", &sf, 1, since, &x));
+	assert_ptr_equal(x, f);
+	fs_itab_forget(t, f, 1);
+	/* an unlink of f does */
+	since = fs_itab_moves(t);
+	fs_itab_unlink(t, a, "f", sf.st_dev, sf.st_ino);
+	assert_int_equal(fs_itab_lookup_since(t, a, "f", &sf, 1, since, &x),
+			 -EAGAIN);
+	assert_rc_ok(fs_itab_lookup_since(t, a, "f", &sf, 1, FS_ITAB_ANY,
+					  &x));
+	assert_path(t, f, NULL, "a/f");
+	fs_itab_assert_sane(t);
+}
+
 static void test_fs__reused_ino_of_other_type_is_new_inode(void **state)
 {
 	struct fs_itab *t = *state;
@@ -550,6 +593,7 @@ int main(void)
 		T(test_fs__forget_frees_child_then_parent),
 		T(test_fs__hard_links_and_unlink),
 		T(test_fs__rename_moves_subtree),
+		T(test_fs__lookup_since_a_move_asks_again),
 		T(test_fs__reused_ino_of_other_type_is_new_inode),
 		T(test_fs__path_too_long),
 		T(test_fs__many_inodes_grow_table),
