@@ -372,7 +372,7 @@ struct jnl {
 	pthread_cond_t names_cond;       /* names_lock */
 	unsigned int names_in[2];        /* inside; names_lock */
 	unsigned int names_wait[2];      /* waiting; names_lock */
-	int names_turn;                  /* whom a tie goes to; names_lock */
+	enum jnl_names_side names_turn;  /* whom a tie goes to; names_lock */
 	pthread_t thread;
 };
 

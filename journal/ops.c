@@ -720,9 +720,10 @@ int jnl_op_fail(struct jnl *j, uint64_t seq, bool fatal)
  * inside gives the turn to its own side, so that no newcomer of the other
  * side enters before it: holders and movers alternate under contention.
  */
-static void names_enter(struct jnl *j, int side)
+static void names_enter(struct jnl *j, enum jnl_names_side side)
 {
-	int other = !side;
+	enum jnl_names_side other = side == JNL_NAMES_HOLDERS ? JNL_NAMES_MOVERS
+							      : JNL_NAMES_HOLDERS;
 
 	pthread_mutex_lock(&j->names_lock);
 	j->names_wait[side]++;
@@ -737,7 +738,7 @@ static void names_enter(struct jnl *j, int side)
 	pthread_mutex_unlock(&j->names_lock);
 }
 
-static void names_leave(struct jnl *j, int side)
+static void names_leave(struct jnl *j, enum jnl_names_side side)
 {
 	pthread_mutex_lock(&j->names_lock);
 	if (--j->names_in[side] == 0)
