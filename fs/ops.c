@@ -71,6 +71,7 @@ struct fs_dir {
 	struct rmt_listing l;
 	uint64_t *ids; /* write-back: journal id of entry i, 0 if none */
 	bool listed;   /* a readdir has run: offset 0 again means rewind */
+	uint64_t since; /* fs_itab_moves() before the listing was taken */
 	struct fs_dir *prev, *next; /* fs->dirs; protected by fs->dirs_lock */
 };
 
@@ -989,6 +990,7 @@ static int dir_fill(struct fs *fs, fuse_ino_t ino, struct fs_dir *d)
 	char path[PATH_MAX];
 	int rc;
 
+	d->since = fs_itab_moves(fs->itab);
 	if (fs->jnl)
 		return fs_wb_dir_fill(fs, inode_of(fs, ino), &d->l, &d->ids);
 	rc = checked_path(fs, inode_of(fs, ino), path);
@@ -1092,20 +1094,28 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		} else {
 			if (off >= 2) {
 				struct stat st = e.attr;
+				uint64_t id = d->ids ? d->ids[off - 2] : 0;
 
-				rc = fs_itab_lookup(fs->itab,
-						    inode_of(fs, ino), name,
-						    &st, 1, &n);
-				if (rc < 0)
+				/* an entry whose object was renamed or
+				 * unlinked since the listing goes without
+				 * its inode: the kernel looks it up */
+				rc = fs_itab_lookup_since(fs->itab,
+							  inode_of(fs, ino),
+							  name, &st, 1,
+							  d->since, &n);
+				if (rc == -EAGAIN) {
+					rc = 0;
+					n = NULL;
+				} else if (rc < 0) {
 					break;
-				if (d->ids && d->ids[off - 2] &&
-				    fs_itab_set_id(fs->itab, n,
-						   d->ids[off - 2]) < 0) {
+				} else if (id &&
+					   fs_itab_set_id(fs->itab, n, id) < 0) {
 					fs_itab_forget(fs->itab, n, 1);
 					n = NULL;
 					continue; /* a stale entry: skip */
 				}
-				fs_fill_entry(fs, &e, n, &st);
+				if (n)
+					fs_fill_entry(fs, &e, n, &st);
 			}
 			len = fuse_add_direntry_plus(req, p, rem, name, &e,
 						     off + 1);

@@ -1736,6 +1736,7 @@ static void t_unlink(void)
 static void t_rename(void)
 {
 	struct stat st, st2;
+	DIR *dir;
 	char b[16];
 	int fd;
 
@@ -1803,6 +1804,29 @@ static void t_rename(void)
 		check_str(rp("rn_d2/x"), "x-data+more",
 			  "rename dir: that write reached REMOTE");
 	}
+
+	/* a listing taken (opendir) before a rename of one of its entries
+	 * and read (readdirplus) after it: the object keeps its new name,
+	 * the old one is not made again */
+	mkdir(mp("rn_l1"), 0755);
+	mkdir(mp("rn_l2"), 0755);
+	put_str(mp("rn_l1/x"), "listed");
+	dir = opendir(mp("rn_l1"));
+	if (check(dir != NULL, "rename after opendir: opendir", "%s",
+		  strerror(errno)) &&
+	    check_sys(rename(mp("rn_l1/x"), mp("rn_l2/x")),
+		      "rename after opendir: rename")) {
+		while (readdir(dir))
+			;
+		check_str(mp("rn_l2/x"), "listed",
+			  "rename after opendir, then readdir: the new name "
+			  "opens");
+		check_gone(mp("rn_l1/x"),
+			   "rename after opendir, then readdir: the old name "
+			   "is gone");
+	}
+	if (dir)
+		closedir(dir);
 
 	/* RENAME_NOREPLACE */
 	put_str(mp("rn_c"), "C");
