@@ -32,7 +32,8 @@ struct fs_itab {
 	 * (the remote reused the number for another type): freed on forget,
 	 * or by fs_itab_free(); protected by lock, linked by onext */
 	struct fs_inode *orphans;
-	uint64_t moves; /* renames and unlinks so far; protected by lock */
+	/* renames and unlinks so far: bumped under lock, read without it */
+	_Atomic uint64_t moves;
 };
 
 static size_t hash_key(uint64_t dev, uint64_t ino)
@@ -288,12 +289,7 @@ size_t fs_itab_count(struct fs_itab *t)
 
 uint64_t fs_itab_moves(struct fs_itab *t)
 {
-	uint64_t m;
-
-	pthread_mutex_lock(&t->lock);
-	m = t->moves;
-	pthread_mutex_unlock(&t->lock);
-	return m;
+	return atomic_load(&t->moves);
 }
 
 int fs_itab_lookup(struct fs_itab *t, struct fs_inode *parent,
@@ -395,12 +391,13 @@ void fs_itab_unlink(struct fs_itab *t, struct fs_inode *parent,
 		    const char *name, dev_t dev, ino_t ino)
 {
 	struct fs_inode *n;
+	uint64_t m;
 
 	pthread_mutex_lock(&t->lock);
 	n = find_locked(t, dev, ino);
-	t->moves++;
+	m = atomic_fetch_add(&t->moves, 1) + 1;
 	if (n) {
-		n->moved = t->moves;
+		n->moved = m;
 		link_del(t, n, parent, name);
 	}
 	pthread_mutex_unlock(&t->lock);
@@ -411,6 +408,7 @@ int fs_itab_rename(struct fs_itab *t, struct fs_inode *p1, const char *n1,
 		   const struct stat *k2, bool exchange)
 {
 	struct fs_inode *a, *b = NULL;
+	uint64_t m;
 	int rc = 0;
 
 	pthread_mutex_lock(&t->lock);
@@ -419,15 +417,15 @@ int fs_itab_rename(struct fs_itab *t, struct fs_inode *p1, const char *n1,
 		b = find_locked(t, k2->st_dev, k2->st_ino);
 	if (a == b)
 		b = NULL; /* rename between two links of one file: a no-op */
-	t->moves++;
+	m = atomic_fetch_add(&t->moves, 1) + 1;
 	/* pin both while links move, so neither is freed half way */
 	if (a) {
 		a->refs++;
-		a->moved = t->moves;
+		a->moved = m;
 	}
 	if (b) {
 		b->refs++;
-		b->moved = t->moves;
+		b->moved = m;
 	}
 	if (b) {
 		link_del(t, b, p2, n2);
