@@ -693,7 +693,16 @@ static void ptab_take(struct jnl *j, jnl_id only)
 	j->pend = rest;
 }
 
-static int sync_staging(struct jnl *j, struct jnl_ptab *t)
+/* Staging files a commit fdatasyncs one by one; above this many it syncs
+ * the staging directory's filesystem once (syncfs): 1,000 one-byte files
+ * took 0.58 s one by one and 0.02 s with one syncfs on this machine's
+ * ext4, and 100,000 of them made an unmount wait 27 s for its last
+ * commit. syncfs also writes what other programs left dirty on that disk. */
+#define JNL_SYNC_EACH_MAX 16
+
+/* fdatasync the staging file of every node in @t with dirty or filled
+ * chunks. */
+static int sync_staging_each(struct jnl *j, struct jnl_ptab *t)
 {
 	struct jnl_u64set done = { 0 };
 	int rc = 0;
@@ -722,6 +731,32 @@ static int sync_staging(struct jnl *j, struct jnl_ptab *t)
 				" in '%s': %s", e->id, j->dir, strerror(-rc));
 	}
 	jnl_u64set_free(&done);
+	return rc;
+}
+
+static int sync_staging(struct jnl *j, struct jnl_ptab *t)
+{
+	struct jnl_u64set ids = { 0 };
+	int rc = 0;
+
+	for (size_t i = 0; i < t->cap && ids.used <= JNL_SYNC_EACH_MAX; i++) {
+		struct jnl_pent *e = &t->e[i];
+
+		if ((e->flags & (JNL_PENT_DIRTY | JNL_PENT_FILL)) &&
+		    (rc = jnl_u64set_add(&ids, e->id)))
+			break;
+	}
+	if (!rc && ids.used > JNL_SYNC_EACH_MAX) {
+		/* An error syncfs reports may be another file's on that
+		 * disk: the files one by one tell (a file's writeback error
+		 * stays for its next fdatasync, whoever saw the disk's). */
+		rc = syncfs(j->datafd) < 0 ? -errno : 0;
+		if (rc)
+			rc = sync_staging_each(j, t);
+	} else if (!rc) {
+		rc = sync_staging_each(j, t);
+	}
+	jnl_u64set_free(&ids);
 	return rc == -EIO ? jnl_fail(j, rc) : rc;
 }
 
