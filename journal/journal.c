@@ -288,6 +288,7 @@ size_t jnl_test_map_size;
 unsigned int jnl_test_commit_ms;
 unsigned int jnl_test_env_flags;
 bool jnl_test_no_disk_room;
+bool jnl_test_sync_each;
 
 static _Thread_local char errmsg[512];
 
@@ -693,12 +694,45 @@ static void ptab_take(struct jnl *j, jnl_id only)
 	j->pend = rest;
 }
 
-/* Staging files a commit fdatasyncs one by one; above this many it syncs
- * the staging directory's filesystem once (syncfs): 1,000 one-byte files
- * took 0.58 s one by one and 0.02 s with one syncfs on this machine's
- * ext4, and 100,000 of them made an unmount wait 27 s for its last
- * commit. syncfs also writes what other programs left dirty on that disk. */
+/* A commit fdatasyncs the staging file of every node it has dirty or
+ * filled chunks of. One by one, each waits for a commit of the file
+ * system's journal of its own (ext4 here: 0.55-0.94 s for 1,000 one-byte
+ * files, and 100,000 pending creates made an unmount wait 27.7 s in its
+ * jnl_sync()); one syncfs() of the staging directory's file system took
+ * 0.02 s for them. But syncfs() also writes what other programs left dirty
+ * on that disk, while the commit holds commit_lock (an fsync in the mount
+ * waits for it), and as the committer's periodic sync it made a `cp -r` of
+ * 10,000 small files into the mount 10-35% slower (tests/bench/
+ * ab_small.sh; as did the fdatasyncs 16 at a time through io_uring, 1.6x,
+ * though they took 0.11-0.14 s for the 1,000). So syncfs() is for a commit
+ * of more than JNL_SYNC_EACH_MAX files that someone waits for as a whole
+ * (jnl_sync(), jnl_close()), or of more than JNL_SYNC_EACH_LAGGING (the
+ * committer fell behind: 100 ms of such a `cp` is ~150 files), and only
+ * while the system's dirty and writeback pages are within what this
+ * commit wrote and JNL_SYNCFS_OTHERS_MAX more. */
 #define JNL_SYNC_EACH_MAX 16
+#define JNL_SYNC_EACH_LAGGING 1024
+#define JNL_SYNCFS_OTHERS_MAX (64ull << 20)
+
+/* The system's dirty and writeback bytes (/proc/meminfo), or UINT64_MAX. */
+static uint64_t dirty_bytes(void)
+{
+	char line[128];
+	uint64_t sum = 0, kb;
+	int found = 0;
+	FILE *f = fopen("/proc/meminfo", "re");
+
+	if (!f)
+		return UINT64_MAX;
+	while (found < 2 && fgets(line, sizeof(line), f))
+		if (sscanf(line, "Dirty: %" SCNu64, &kb) == 1 ||
+		    sscanf(line, "Writeback: %" SCNu64, &kb) == 1) {
+			sum += kb << 10;
+			found++;
+		}
+	fclose(f);
+	return found == 2 ? sum : UINT64_MAX;
+}
 
 /* fdatasync the staging file of every node in @t with dirty or filled
  * chunks. */
@@ -734,19 +768,24 @@ static int sync_staging_each(struct jnl *j, struct jnl_ptab *t)
 	return rc;
 }
 
-static int sync_staging(struct jnl *j, struct jnl_ptab *t)
+static int sync_staging(struct jnl *j, struct jnl_ptab *t, bool waited)
 {
+	size_t max = waited ? JNL_SYNC_EACH_MAX : JNL_SYNC_EACH_LAGGING;
 	struct jnl_u64set ids = { 0 };
+	uint64_t ours = 0;
 	int rc = 0;
 
-	for (size_t i = 0; i < t->cap && ids.used <= JNL_SYNC_EACH_MAX; i++) {
+	for (size_t i = 0; i < t->cap && !rc; i++) {
 		struct jnl_pent *e = &t->e[i];
 
-		if ((e->flags & (JNL_PENT_DIRTY | JNL_PENT_FILL)) &&
-		    (rc = jnl_u64set_add(&ids, e->id)))
-			break;
+		if (!(e->flags & (JNL_PENT_DIRTY | JNL_PENT_FILL)))
+			continue;
+		ours += e->len;
+		if (ids.used <= max)
+			rc = jnl_u64set_add(&ids, e->id);
 	}
-	if (!rc && ids.used > JNL_SYNC_EACH_MAX) {
+	if (!rc && ids.used > max && !jnl_test_sync_each &&
+	    dirty_bytes() <= ours + JNL_SYNCFS_OTHERS_MAX) {
 		/* An error syncfs reports may be another file's on that
 		 * disk: the files one by one tell (a file's writeback error
 		 * stays for its next fdatasync, whoever saw the disk's). */
@@ -760,7 +799,8 @@ static int sync_staging(struct jnl *j, struct jnl_ptab *t)
 	return rc == -EIO ? jnl_fail(j, rc) : rc;
 }
 
-int jnl_commit_pending(struct jnl *j, bool locked, jnl_id only)
+/* @waited: someone waits for the whole batch (jnl_sync(), jnl_close()) */
+static int commit_pending(struct jnl *j, bool locked, jnl_id only, bool waited)
 {
 	struct jnl_ptab tmp;
 	struct jnl_gc due = { 0 };
@@ -787,7 +827,7 @@ int jnl_commit_pending(struct jnl *j, bool locked, jnl_id only)
 		for (size_t i = 0; i < j->committing.cap; i++)
 			if (j->committing.e[i].flags & JNL_PENT_USED)
 				reserved += j->committing.e[i].added;
-		rc = sync_staging(j, &j->committing);
+		rc = sync_staging(j, &j->committing, waited);
 		if (!rc)
 			rc = jnl_wtx_begin(j, &w, true);
 		if (!rc) {
@@ -842,6 +882,11 @@ int jnl_commit_pending(struct jnl *j, bool locked, jnl_id only)
 	return marks_rc ? marks_rc : rc;
 }
 
+int jnl_commit_pending(struct jnl *j, bool locked, jnl_id only)
+{
+	return commit_pending(j, locked, only, false);
+}
+
 static void *committer(void *arg)
 {
 	struct jnl *j = arg;
@@ -890,7 +935,7 @@ int jnl_sync(struct jnl *j)
 {
 	int rc = jnl_failed(j);
 
-	return rc ? rc : jnl_commit_pending(j, false, 0);
+	return rc ? rc : commit_pending(j, false, 0, true);
 }
 
 /* --- open ----------------------------------------------------------------- */
@@ -1410,7 +1455,7 @@ void jnl_close(struct jnl *j)
 	if (rc)
 		LOG_ERR("journal '%s' closed FAILED: changes after the last "
 			"commit are lost: %s", j->dir, strerror(-rc));
-	else if ((rc = jnl_commit_pending(j, false, 0)))
+	else if ((rc = commit_pending(j, false, 0, true)))
 		LOG_ERR("journal '%s' closed with uncommitted changes: %s",
 			j->dir, strerror(-rc));
 	jnl_free(j);

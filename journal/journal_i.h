@@ -593,6 +593,8 @@ extern unsigned int jnl_test_commit_ms; /* group commit period */
 extern unsigned int jnl_test_env_flags; /* more mdb_env_open() flags, e.g.
 					   MDB_NOSYNC to build big journals
 					   fast */
+extern bool jnl_test_sync_each;        /* a commit fdatasyncs its
+					   staging files one by one */
 extern bool jnl_test_no_disk_room;      /* do not bound staging by the
 					   journal disk's free space (so the
 					   disk's own -ENOSPC is met) */

@@ -9,6 +9,7 @@
  * each mutation. "Crashes" are forked children that _exit() without
  * jnl_close(): what they committed must be there, nothing else.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -1740,6 +1741,59 @@ static void test_journal__writes_share_one_commit(void **state)
 	assert_int_equal(chunk_state(fx->j, f, 10, NULL), JNL_CHUNK_DIRTY);
 }
 
+static int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+
+	assert_non_null(d);
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
+/* A commit syncs the staging files of all its nodes, more of them than
+ * the journal keeps open (JNL_FD_SLOTS): with syncfs() (more than
+ * JNL_SYNC_EACH_MAX files; on an idle machine), then one by one. */
+static void test_journal__commit_syncs_many_staging_files(void **state)
+{
+	struct fx *fx = *state;
+	unsigned char want[100], buf[100];
+	jnl_id f[150];
+	char name[16];
+	int fds;
+
+	for (int round = 0; round < 2; round++) {
+		jnl_close(fx->j);
+		jnl_test_commit_ms = 60000; /* only jnl_sync() commits */
+		jnl_test_sync_each = round == 1;
+		assert_rc_ok(jnl_open(fx->dir, &fx->cfg, 0, &fx->j));
+		for (int i = 0; i < 150; i++) {
+			snprintf(name, sizeof(name), "r%d-%d", round, i);
+			f[i] = mk_file(fx->j, JNL_ROOT, name);
+			write_pattern(fx->j, f[i], 0, 100,
+				      (unsigned)(i + round));
+		}
+		assert_int_equal(chunk_state(fx->j, f[149], 0, NULL), 0);
+		fds = count_fds();
+		assert_rc_ok(jnl_sync(fx->j));
+		assert_int_equal(count_fds(), fds);
+		for (int i = 0; i < 150; i++)
+			assert_int_equal(chunk_state(fx->j, f[i], 0, NULL),
+					 JNL_CHUNK_DIRTY);
+		jnl_test_commit_ms = 0;
+		jnl_test_sync_each = false;
+		reopen(fx);
+		for (int i = 0; i < 150; i++) {
+			pattern(want, 100, (unsigned)(i + round));
+			assert_int_equal(
+				jnl_read(fx->j, f[i], buf, 100, 0, NULL), 100);
+			assert_memory_equal(buf, want, 100);
+		}
+	}
+}
+
 /* --- op log ---------------------------------------------------------------------- */
 
 static void test_journal__ops_wait_for_their_directory(void **state)
@@ -2756,6 +2810,7 @@ int main(void)
 		T(test_journal__crash_with_chunks_in_flight),
 		T(test_journal__group_commit_survives_crash),
 		T(test_journal__writes_share_one_commit),
+		T(test_journal__commit_syncs_many_staging_files),
 		T(test_journal__ops_wait_for_their_directory),
 		T(test_journal__ops_after_dir_rename_wait),
 		T(test_journal__ops_exchange),
