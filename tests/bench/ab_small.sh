@@ -13,10 +13,10 @@
 # The journal and the cache are on a fresh ext4 on a loop device in
 # tmpfs, the share on another (as a NAS is not the journal's disk: a
 # sync of the journal's disk does not write the share's files), both made
-# anew for every run: on an ext4 where many files
-# were made and deleted (this VM's /var/tmp after the tests), creating a
-# file costs ext4 a buffer lookup for every free inode its allocator
-# passes (recently_deleted()), which took most of a local `cp -r`.
+# anew for every run: on an ext4 where many files were made and deleted
+# (this VM's /var/tmp after the tests), creating a file costs ext4 a
+# buffer lookup for every free inode its allocator passes
+# (recently_deleted()), which took most of a local `cp -r`.
 set -euo pipefail
 shopt -s inherit_errexit
 
@@ -26,7 +26,8 @@ B=${2:-}
 [[ -x "$A" && -x "$B" ]] || die "usage: ab_small.sh FERRYFS_A FERRYFS_B"
 A=$(readlink -f "$A")
 B=$(readlink -f "$B")
-FERRYFS=$A
+FERRYFS=$A # bench_args warns if it is a sanitizer build
+export FERRYFS
 bench_args
 RUNS=${RUNS:-6}
 FILES=${FILES:-10000}
@@ -36,15 +37,18 @@ PAUSE=${PAUSE:-0}
 WORK=$(mktemp -d /dev/shm/ferryfs-absmall.XXXXXX)
 FS=$WORK/fs  # the journal's disk; the mount point is $FS/m
 SH=$WORK/sh  # the share's
+daemon_gone() { # daemon_gone TRIES: waits up to TRIES x 0.1 s for it to exit
+	for _ in $(seq 1 "$1"); do
+		pgrep -f "ferryfs mount $SH " >/dev/null || return 0
+		sleep 0.1
+	done
+}
 # shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
 	if mountpoint -q "$FS/m" 2>/dev/null; then
 		fusermount3 -u "$FS/m" 2>/dev/null || fusermount3 -uz "$FS/m"
 	fi
-	for _ in $(seq 1 100); do
-		pgrep -f "ferryfs mount $SH " >/dev/null || break
-		sleep 0.1
-	done
+	daemon_gone 100
 	for d in "$FS" "$SH"; do
 		if mountpoint -q "$d" 2>/dev/null; then umount "$d"; fi
 	done
@@ -74,16 +78,13 @@ run() { # run FERRYFS: prints "CP_SECS FLUSHED_SECS"
 	t2=$(now)
 	diff -r "$WORK/tree" "$SH/tree" >/dev/null || die "the share's tree differs"
 	fusermount3 -u "$FS/m"
-	for _ in $(seq 1 600); do
-		pgrep -f "ferryfs mount $SH " >/dev/null || break
-		sleep 0.1
-	done
+	daemon_gone 600
 	umount "$FS" "$SH"
 	rm -f "$FS.img" "$SH.img"
 	echo "$(secs "$t0" "$t1") $(secs "$t0" "$t2")"
 }
 
-acp= aon= bcp= bon=
+acp='' aon='' bcp='' bon=''
 for i in $(seq 1 "$RUNS"); do
 	# the order alternates: the second of a pair was 1.25x slower with
 	# the same build on both sides (A before B each time)
