@@ -29,6 +29,8 @@ struct fs_opts {
 	int no_allow_other;      /* -o noallow_other: not even as root */
 	int no_direct_write;     /* -o no_direct_write: write-only opens
 				    through the page cache too */
+	int passthrough;         /* -o passthrough: write-only copies of new
+				    files straight into the journal (pt.c) */
 	unsigned int max_threads;  /* -o max_threads=N, default 16 */
 	unsigned int max_read;     /* -o max_read=BYTES: the largest read
 				      the kernel sends (FS_MAX_READ) */

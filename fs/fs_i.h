@@ -45,6 +45,7 @@ struct jnl;
 struct jnl_flusher;
 struct fs_opts;
 struct fuse_session;
+struct fuse_file_info;
 
 struct fs_link {
 	struct fs_inode *parent; /* holds a ref on parent */
@@ -69,6 +70,8 @@ struct fs_handle {
 	struct fs_inode *inode; /* immutable, holds a ref */
 	bool append;            /* opened O_APPEND: writes go to EOF */
 	bool direct;            /* FUSE direct I/O (write-only): immutable */
+	bool pt;                /* passes through (pt.c): set at open under
+				   fs->pt_lock, then immutable */
 	int write_err;          /* sticky deferred error, reported by flush;
 				   protected by itab->lock */
 	unsigned int refs;      /* release + borrowers; protected by itab->lock */
@@ -217,6 +220,10 @@ void fs_itab_handle_add(struct fs_itab *t, struct fs_handle *h);
 /* Number of open handles of @ino whose pages the kernel caches (not
  * direct). */
 unsigned int fs_itab_cached_handles(struct fs_itab *t, struct fs_inode *ino);
+/* Open handles of @ino other than @h that do not pass through (pt.c;
+ * under fs->pt_lock). */
+unsigned int fs_itab_handles_other(struct fs_itab *t, struct fs_inode *ino,
+				   const struct fs_handle *h);
 /* Borrow an open handle of @ino with a remote file of its own (id 0: its
  * file is set and immutable), refs + 1, or NULL: for a file open here,
  * whose handle reaches the object without a path (or has no path left).
@@ -277,6 +284,14 @@ int fs_ctl_list(char mounts[][4096], int max);
 
 /* --- the daemon's state, shared by ops.c and wb.c --------------------- */
 
+#define FS_PT_MAX 64 /* files passing through at once (JNL_PT_PINS) */
+
+struct fs_pt {
+	uint64_t id;          /* the journal node */
+	unsigned int handles; /* open handles passing through to it */
+	int backing;          /* the kernel's backing id */
+};
+
 struct fs {
 	struct rmt *rmt;         /* immutable after start */
 	char *spec;              /* the remote as rmt_open() took it (a
@@ -310,7 +325,31 @@ struct fs {
 	 * releasedir or the end of the session) */
 	pthread_mutex_t dirs_lock;
 	struct fs_dir *dirs; /* protected by dirs_lock */
+	/* -o passthrough (pt.c) */
+	bool pt_offered;               /* the kernel's INIT offered it */
+	_Atomic bool pt_on;            /* INIT was answered with it (and
+					  no backing file refused since) */
+	pthread_mutex_t pt_lock;
+	struct fs_pt pt[FS_PT_MAX];    /* files passing through; pt_lock */
+	unsigned int pt_n;             /* pt_lock */
+	_Atomic unsigned int pt_nodes; /* pt_n, read without the lock */
+	_Atomic uint64_t pt_opens;     /* opens that passed through */
 };
+
+/* pt.c: passthrough of write-only copies into the journal (see there).
+ * fs_pt_install() after the mount (0 if not asked for), fs_pt_init_reply()
+ * from op_init(); fs_pt_open() before the reply to a write-back OPEN or
+ * CREATE of registered handle @h, then fs_pt_reply_done() after it;
+ * fs_pt_close() when @h is released (h->pt); fs_pt_mark(): mark what the
+ * kernel wrote of node @id (0: of every file passing through) for the
+ * flusher (fsync, ferryfs flush, unmount). */
+int fs_pt_install(struct fs *fs);
+void fs_pt_init_reply(struct fs *fs);
+void fs_pt_open(struct fs *fs, struct fs_handle *h, const struct stat *st,
+		int flags, struct fuse_file_info *fi);
+void fs_pt_reply_done(void);
+void fs_pt_close(struct fs *fs, struct fs_handle *h);
+int fs_pt_mark(struct fs *fs, uint64_t id);
 
 /* The remote path of @n (+ "/@name"), PATH_MAX bytes: fs_itab_path() in
  * write-through mode; in write-back mode from the nearest ancestor the

@@ -602,6 +602,18 @@ unsigned int fs_itab_cached_handles(struct fs_itab *t, struct fs_inode *ino)
 	return n;
 }
 
+unsigned int fs_itab_handles_other(struct fs_itab *t, struct fs_inode *ino,
+				   const struct fs_handle *h)
+{
+	unsigned int n = 0;
+
+	pthread_mutex_lock(&t->lock);
+	for (struct fs_handle *o = ino->handles; o; o = o->next)
+		n += o != h && !o->pt;
+	pthread_mutex_unlock(&t->lock);
+	return n;
+}
+
 unsigned int fs_itab_handles(struct fs_itab *t, struct fs_inode *ino,
 			     struct fs_handle **out, unsigned int max)
 {

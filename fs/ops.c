@@ -94,7 +94,11 @@ static int handle_free(struct fs_handle *h)
 /* Drop a handle ref; the last one closes the remote file. */
 int fs_handle_put(struct fs *fs, struct fs_handle *h)
 {
-	return fs_itab_handle_put(fs->itab, h) ? handle_free(h) : 0;
+	if (!fs_itab_handle_put(fs->itab, h))
+		return 0;
+	if (h->pt)
+		fs_pt_close(fs, h);
+	return handle_free(h);
 }
 
 /* The remote path of ino (+ "/name"); PATH_MAX buffer. */
@@ -272,6 +276,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 		conn->congestion_threshold = 1;
 	conn->max_readahead = FS_READAHEAD_KB * 1024; /* see set_readahead() */
 	conn->time_gran = 1;
+	fs_pt_init_reply(fs); /* pt.c: passthrough, if asked for */
 }
 
 /* The remote's answer to a LOOKUP, asked again while the object found
@@ -1459,7 +1464,8 @@ int fs_run(struct fuse_args *args, const struct fs_opts *o)
 	struct fs fs = { .o = o,
 			 .is_root = geteuid() == 0,
 			 .root_lock = PTHREAD_MUTEX_INITIALIZER,
-			 .dirs_lock = PTHREAD_MUTEX_INITIALIZER };
+			 .dirs_lock = PTHREAD_MUTEX_INITIALIZER,
+			 .pt_lock = PTHREAD_MUTEX_INITIALIZER };
 	struct fuse_lowlevel_ops ops = fs_wt_ops;
 	struct fuse_loop_config *cfg = NULL;
 	struct fuse_session *se;
@@ -1530,6 +1536,8 @@ int fs_run(struct fuse_args *args, const struct fs_opts *o)
 		goto out_session;
 	if (fuse_session_mount(se, o->mountpoint) != 0)
 		goto out_signals;
+	if (fs_pt_install(&fs) != 0)
+		goto out_unmount;
 	if (!o->foreground) {
 		log_to_syslog();
 	}

@@ -60,6 +60,7 @@ static const struct fuse_opt opt_spec[] = {
 	OPTV("negative_timeout=%lf", negative_timeout),
 	OPT("noallow_other", no_allow_other),
 	OPT("no_direct_write", no_direct_write),
+	OPT("passthrough", passthrough),
 	OPTV("writeback=%s", s_writeback),
 	OPTV("journal=%s", journal),
 	OPTV("streams=%u", streams),
@@ -422,6 +423,9 @@ void fs_usage(const char *progname)
 	       "    -o noallow_other       as root, do not add allow_other\n"
 	       "    -o no_direct_write     page-cache writes for write-only\n"
 	       "                           opens too (slower; see README)\n"
+	       "    -o passthrough         write-only copies of new files go\n"
+	       "                           from the kernel into the journal\n"
+	       "                           (Linux >= 6.9, root; see README)\n"
 	       "    -o max_threads=N       at most N worker threads (16)\n"
 	       "    -o max_idle_threads=N  keep N idle threads (8)\n"
 	       "    -o max_read=BYTES      largest read the kernel asks for (512Ki:\n"

@@ -170,7 +170,14 @@ static void node_to_stat(struct fs *fs, const struct jnl_node *nd,
 	st->st_mtim = nd->mtime;
 	st->st_ctim = nd->ctime;
 	st->st_blksize = S_ISREG(nd->mode) ? FS_MAX_WRITE : 4096;
-	st->st_blocks = (blkcnt_t)((nd->size + 511) / 512);
+	if (S_ISREG(nd->mode) && atomic_load(&fs->pt_nodes)) {
+		struct jnl_node pt = *nd; /* what the kernel wrote (pt.c) */
+
+		jnl_pt_attr(fs->jnl, nd->id, &pt);
+		st->st_size = (off_t)pt.size;
+		st->st_mtim = pt.mtime;
+	}
+	st->st_blocks = (blkcnt_t)(((uint64_t)st->st_size + 511) / 512);
 	if (nd->id == JNL_ROOT) {
 		st->st_dev = (dev_t)root->dev;
 		st->st_ino = (ino_t)root->ino;
@@ -1159,11 +1166,13 @@ static void wb_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	open_info(fs, h, n, &st, fi);
+	fs_pt_open(fs, h, &st, fi->flags, fi);
 	if (!fi->keep_cache) /* the share changed it: the kernel's size and
 				times go too (ops.c op_open) */
 		fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
 	if (fuse_reply_open(req, fi) != 0)
 		fs_handle_put(fs, h);
+	fs_pt_reply_done();
 }
 
 static void wb_create(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -1208,10 +1217,12 @@ static void wb_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 	fs_fill_entry(fs, &e, n, &st);
 	open_info(fs, h, n, &st, fi);
+	fs_pt_open(fs, h, &st, fi->flags, fi);
 	if (fuse_reply_create(req, &e, fi) != 0) {
 		fs_handle_put(fs, h);
 		fs_itab_forget(fs->itab, n, 1);
 	}
+	fs_pt_reply_done();
 	return;
 out_err:
 	reply_err(req, rc);
@@ -1443,6 +1454,8 @@ static void wb_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fs_wt_ops.flush(req, ino, fi);
 		return;
 	}
+	if (fs->o->sync_remote && h->pt)
+		(void)fs_pt_mark(fs, h->id); /* it logs an error */
 	fuse_reply_err(req, fs->o->sync_remote ? -wait_remote(fs, h->id) : 0);
 }
 
@@ -1457,7 +1470,9 @@ static void wb_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 		fs_wt_ops.fsync(req, ino, datasync, fi);
 		return;
 	}
-	rc = jnl_fsync_node(fs->jnl, h->id);
+	rc = h->pt ? fs_pt_mark(fs, h->id) : 0;
+	if (rc == 0)
+		rc = jnl_fsync_node(fs->jnl, h->id);
 	if (rc == 0 && fs->o->sync_remote)
 		rc = wait_remote(fs, h->id);
 	fuse_reply_err(req, -rc);
@@ -2118,6 +2133,7 @@ void fs_wb_stop(struct fs *fs)
 		return;
 	jnl_flusher_stop(fs->fl);
 	fs->fl = NULL;
+	(void)fs_pt_mark(fs, 0); /* files a lazy unmount left open */
 	if (jnl_sync(fs->jnl) == 0 && jnl_stats(fs->jnl, &st) == 0 &&
 	    (st.dirty_bytes || st.inflight_bytes || st.pending_ops))
 		LOG_WARN("unmounted with %llu bytes and %llu operations not "
@@ -2244,7 +2260,8 @@ static int wb_status(struct fs *fs, char *reply, size_t size)
 		"\"eta_s\": %lld, \"retries\": %llu, \"errors\": %llu, "
 		"\"failed_ops\": %llu, \"parked\": %llu, \"conflicts\": %llu, "
 		"\"resent_bytes\": %llu, \"flushed_bytes\": %llu, "
-		"\"write_waits\": %llu, "
+		"\"write_waits\": %llu, \"passthrough\": %s, "
+		"\"passthrough_opens\": %llu, \"passthrough_files\": %u, "
 		"\"remote_bytes_read\": %llu, \"remote_bytes_written\": %llu, "
 		"\"remote_ops\": %llu, \"uptime_s\": %lld, \"streams\": [",
 		fs->mnt_abs, rmt_id(fs->rmt), fs->journal_dir,
@@ -2264,6 +2281,9 @@ static int wb_status(struct fs *fs, char *reply, size_t size)
 		(unsigned long long)(st.resent_bytes + fs->resent_bytes),
 		(unsigned long long)fst->bytes,
 		(unsigned long long)st.write_waits,
+		atomic_load(&fs->pt_on) ? "true" : "false",
+		(unsigned long long)atomic_load(&fs->pt_opens),
+		atomic_load(&fs->pt_nodes),
 		(unsigned long long)rc.bytes_read + flush_read,
 		(unsigned long long)(rc.bytes_written +
 				     fst->remote_bytes_written),
@@ -2309,7 +2329,10 @@ int fs_wb_ctl(struct fs *fs, const char *cmd, char *reply, size_t size)
 	if (!strcmp(cmd, "status"))
 		return wb_status(fs, reply, size);
 	if (!strcmp(cmd, "flush")) { /* now; `flush --wait` then polls */
-		int rc = jnl_sync(fs->jnl);
+		int rc = fs_pt_mark(fs, 0);
+
+		if (rc == 0)
+			rc = jnl_sync(fs->jnl);
 
 		jnl_flusher_kick(fs->fl);
 		jnl_stats(fs->jnl, &st);

@@ -1057,8 +1057,12 @@ static int room_wait(struct jnl *j, jnl_id id, uint64_t bytes,
 	return rc;
 }
 
-ssize_t jnl_write(struct jnl *j, jnl_id id, const void *buf, size_t len,
-		  off_t off)
+/* jnl_write(), or with @buf NULL (jnl_pt_mark()) only the marks of bytes
+ * the kernel wrote into the staging file itself: their room is taken
+ * whatever the bounds say (the bytes are on the disk already), and the
+ * node's mtime becomes @mtime. */
+static ssize_t write_marks(struct jnl *j, jnl_id id, const void *buf,
+			   size_t len, off_t off, const struct timespec *mtime)
 {
 	uint64_t o = (uint64_t)off, end = o + len, added = 0;
 	int64_t deadline = 0;
@@ -1109,7 +1113,13 @@ again:
 		added += sp.len[k];
 	}
 	pthread_mutex_lock(&j->lock);
-	rc = reserve(j, added);
+	if (buf) {
+		rc = reserve(j, added);
+	} else { /* on the disk already: counted, never refused */
+		j->pend_new += added;
+		j->reserved += added;
+		rc = 0;
+	}
 	pthread_mutex_unlock(&j->lock);
 	if (rc == -EAGAIN) {
 		/* max_bytes: wait for the flusher with no lock held, then
@@ -1123,8 +1133,8 @@ again:
 	if (rc)
 		goto out;
 
-	rc = jnl_fd_get(j, id, true, &fd);
-	if (!rc) {
+	rc = buf ? jnl_fd_get(j, id, true, &fd) : 0;
+	if (!rc && buf) {
 		w = sys_pwrite_all(fd, buf, len, off);
 		if (w > 0)
 			writeback_start(j, fd, off, len);
@@ -1171,7 +1181,7 @@ again:
 		e->flags |= JNL_PENT_SIZE | JNL_PENT_MTIME;
 		if (end > e->max_end)
 			e->max_end = end;
-		e->mtime = now;
+		e->mtime = mtime ? *mtime : now;
 	}
 	pthread_cond_signal(&j->cond);
 	pthread_mutex_unlock(&j->lock);
@@ -1182,6 +1192,163 @@ out_unlocked:
 	span_free(&sp);
 	free(n);
 	return rc < 0 ? rc : (ssize_t)len;
+}
+
+ssize_t jnl_write(struct jnl *j, jnl_id id, const void *buf, size_t len,
+		  off_t off)
+{
+	if (!buf && len)
+		return -EINVAL;
+	return write_marks(j, id, buf ? buf : "", len, off, NULL);
+}
+
+/* --- passthrough: the kernel writes the staging file (fs/pt.c) ---------- */
+
+/* The pin of @id, or NULL. lock held. */
+static struct jnl_pt_pin *pt_pin(struct jnl *j, jnl_id id)
+{
+	for (unsigned int i = 0; i < j->pt_npins; i++)
+		if (j->pt_pins[i].id == id)
+			return &j->pt_pins[i];
+	return NULL;
+}
+
+static bool pt_pinned(struct jnl *j, jnl_id id)
+{
+	bool pinned;
+
+	pthread_mutex_lock(&j->lock);
+	pinned = j->pt_npins && pt_pin(j, id);
+	pthread_mutex_unlock(&j->lock);
+	return pinned;
+}
+
+static void pt_unpin(struct jnl *j, jnl_id id)
+{
+	struct jnl_pt_pin *p;
+
+	pthread_mutex_lock(&j->lock);
+	p = pt_pin(j, id);
+	if (p && !--p->refs)
+		*p = j->pt_pins[--j->pt_npins];
+	pthread_mutex_unlock(&j->lock);
+}
+
+int jnl_pt_begin(struct jnl *j, jnl_id id, int *fd)
+{
+	struct jnl_pt_pin *p;
+	int sfd, rc = jnl_failed(j);
+
+	if (rc)
+		return rc;
+	/* not inside a gc run (rw exclusive): from here on it leaves the
+	 * staging file alone */
+	pthread_rwlock_rdlock(&j->rw);
+	pthread_mutex_lock(&j->lock);
+	p = pt_pin(j, id);
+	if (p)
+		p->refs++;
+	else if (j->pt_npins < JNL_PT_PINS)
+		j->pt_pins[j->pt_npins++] = (struct jnl_pt_pin){ id, 1 };
+	else
+		rc = -EBUSY;
+	pthread_mutex_unlock(&j->lock);
+	if (!rc) {
+		rc = jnl_fd_get(j, id, true, &sfd);
+		if (!rc) {
+			*fd = fcntl(sfd, F_DUPFD_CLOEXEC, 0);
+			rc = *fd < 0 ? -errno : 0;
+			jnl_fd_put(j, id, sfd);
+		}
+		if (rc)
+			pt_unpin(j, id);
+	}
+	pthread_rwlock_unlock(&j->rw);
+	return rc;
+}
+
+void jnl_pt_end(struct jnl *j, jnl_id id)
+{
+	pt_unpin(j, id);
+}
+
+int jnl_pt_mark(struct jnl *j, jnl_id id)
+{
+	struct stat st;
+	ssize_t w = 0;
+	int fd, rc;
+
+	if (!pt_pinned(j, id))
+		return 0; /* the journal saw every write of it */
+	/* no truncation between the look at the size and the marks: it
+	 * would see its cut-off bytes marked again (jnl_setattr) */
+	pthread_mutex_lock(&j->commit_lock);
+	rc = jnl_fd_get(j, id, false, &fd);
+	if (rc == -ENOENT) {
+		rc = 0; /* no staging file: nothing written */
+		goto out;
+	}
+	if (rc)
+		goto out;
+	rc = fstat(fd, &st) < 0 ? -errno : 0;
+	jnl_fd_put(j, id, fd);
+	if (!rc && st.st_size > 0)
+		w = write_marks(j, id, NULL, (size_t)st.st_size, 0,
+				&st.st_mtim);
+	if (w < 0)
+		rc = (int)w;
+out:
+	pthread_mutex_unlock(&j->commit_lock);
+	if (rc && rc != -ENOENT)
+		LOG_ERR("cannot mark the staging file of node %" PRIu64
+			" in '%s': %s", id, j->dir, strerror(-rc));
+	return rc;
+}
+
+int jnl_pt_mark_all(struct jnl *j)
+{
+	jnl_id ids[JNL_PT_PINS];
+	unsigned int n;
+	int rc = 0, r;
+
+	pthread_mutex_lock(&j->lock);
+	n = j->pt_npins;
+	for (unsigned int i = 0; i < n; i++)
+		ids[i] = j->pt_pins[i].id;
+	pthread_mutex_unlock(&j->lock);
+	for (unsigned int i = 0; i < n; i++) {
+		r = jnl_pt_mark(j, ids[i]);
+		if (r && r != -ENOENT && !rc)
+			rc = r;
+	}
+	return rc;
+}
+
+void jnl_pt_attr(struct jnl *j, jnl_id id, struct jnl_node *nd)
+{
+	struct stat st;
+	int fd;
+
+	if (!pt_pinned(j, id) || jnl_fd_get(j, id, false, &fd))
+		return;
+	if (fstat(fd, &st) == 0) {
+		nd->size = (uint64_t)st.st_size;
+		nd->mtime = st.st_mtim;
+	}
+	jnl_fd_put(j, id, fd);
+}
+
+void jnl_pt_times(struct jnl *j, jnl_id id, const struct timespec *mtime)
+{
+	struct timespec ts[2] = { { 0, UTIME_OMIT }, *mtime };
+	int fd;
+
+	if (!pt_pinned(j, id) || jnl_fd_get(j, id, false, &fd))
+		return;
+	if (futimens(fd, ts) < 0)
+		LOG_WARN("cannot set the mtime of the staging file of node %"
+			 PRIu64 " in '%s': %s", id, j->dir, strerror(errno));
+	jnl_fd_put(j, id, fd);
 }
 
 int jnl_chunk_fill(struct jnl *j, jnl_id id, uint64_t index, const void *buf,
@@ -1813,6 +1980,13 @@ void jnl_gc_run(struct jnl *j, const struct jnl_gc *g)
 	for (size_t i = 0; i < g->n && !rc; i++) {
 		const struct jnl_gc_ent *e = &g->e[i];
 
+		pthread_mutex_lock(&j->lock);
+		if (j->pt_npins && pt_pin(j, e->id)) {
+			/* the kernel writes it: its bytes stay */
+			pthread_mutex_unlock(&j->lock);
+			continue;
+		}
+		pthread_mutex_unlock(&j->lock);
 		if (!e->count) {
 			pthread_mutex_lock(&j->lock);
 			rc = pend_has_node(j, e->id) ? 1 : 0;

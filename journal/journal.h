@@ -402,6 +402,36 @@ ssize_t jnl_read(struct jnl *j, jnl_id id, void *buf, size_t len, off_t off,
  * durable. Errors: -ENOENT, as jnl_sync(). */
 int jnl_fsync_node(struct jnl *j, jnl_id id);
 
+/*
+ * Passthrough (fs/pt.c): the kernel writes a file's bytes straight into
+ * its staging file, and the journal sees none of those writes until they
+ * are marked.
+ *   jnl_pt_begin(): pins @id (until as many jnl_pt_end()s): the staging
+ *     file stays whatever the flusher does (no chunk of it is given
+ *     back). *fd: a new
+ *     descriptor of it (created if missing), the caller's to close.
+ *     For a file with no remote bytes under its size (created here, or
+ *     truncated to 0): its staging file is then the whole file.
+ *     Errors: -EBUSY (JNL_PT_PINS pinned), as jnl_write().
+ *   jnl_pt_mark(): marks the staging file's bytes [0, its size) DIRTY,
+ *     as a jnl_write() of them would, with its mtime; their room is taken
+ *     over the bounds (the bytes are on the disk already). Unchanged
+ *     chunks are marked too: they are sent again. jnl_pt_mark_all(): the
+ *     same for every pinned node (ferryfs flush).
+ *   jnl_pt_attr(): a pinned node's size and mtime (what the kernel
+ *     wrote) into @nd, from its staging file; nothing for another node.
+ *     For what the mount shows: the flusher's jnl_node_get() keeps what
+ *     is marked.
+ *   jnl_pt_times(): sets the staging file's mtime (a SETATTR of a pinned
+ *     node's mtime; jnl_setattr() does it).
+ */
+int jnl_pt_begin(struct jnl *j, jnl_id id, int *fd);
+void jnl_pt_end(struct jnl *j, jnl_id id);
+int jnl_pt_mark(struct jnl *j, jnl_id id);
+int jnl_pt_mark_all(struct jnl *j);
+void jnl_pt_attr(struct jnl *j, jnl_id id, struct jnl_node *nd);
+void jnl_pt_times(struct jnl *j, jnl_id id, const struct timespec *mtime);
+
 /* --- the flusher's side ------------------------------------------------ */
 
 struct jnl_chunk_ref {

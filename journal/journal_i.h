@@ -261,6 +261,13 @@ typedef void (*jnl_notify_fn)(void *arg);
 #define JNL_FD_SLOTS 64
 #define JNL_OPS_WINDOW 16384 /* ops examined per jnl_ops_ready() call */
 
+#define JNL_PT_PINS 64 /* files open for passthrough at once */
+
+struct jnl_pt_pin {
+	jnl_id id;
+	unsigned int refs; /* jnl_pt_begin() calls not ended */
+};
+
 struct jnl_fdslot {
 	jnl_id id;     /* 0 = free */
 	int fd;
@@ -358,6 +365,9 @@ struct jnl {
 	int64_t disk_at;                 /* the last look, CLOCK_MONOTONIC
 					    ns (0: look again); lock */
 	struct jnl_fdslot fds[JNL_FD_SLOTS]; /* staging fds; lock */
+	/* nodes whose staging file the kernel writes (jnl_pt_begin()) */
+	struct jnl_pt_pin pt_pins[JNL_PT_PINS]; /* lock */
+	unsigned int pt_npins;                 /* lock */
 	uint64_t fd_tick;                /* lock */
 	struct jnl_u64set handed;        /* seqs of handed-out ops; lock */
 	uint64_t staged;                 /* staging bytes in the batch; lock */
@@ -559,6 +569,7 @@ void jnl_gc_run(struct jnl *j, const struct jnl_gc *g);
 /* Staging file descriptors, cached (JNL_FD_SLOTS). jnl_fd_get() without
  * @create returns -ENOENT if the node has no staging file. */
 int jnl_fd_get(struct jnl *j, jnl_id id, bool create, int *fd);
+
 void jnl_fd_put(struct jnl *j, jnl_id id, int fd);
 void jnl_fd_close_all(struct jnl *j);
 

@@ -1406,6 +1406,8 @@ int jnl_setattr(struct jnl *j, jnl_id id, unsigned int set,
 	rc = jnl_wtx_commit(&w);
 	if (!rc && (set & JNL_SET_SIZE))
 		rc = jnl_pend_setattr(j, id, set, attr->size);
+	if (!rc && (set & JNL_SET_MTIME))
+		jnl_pt_times(j, id, &attr->mtime);
 	goto out_unlock;
 
 out_abort:

@@ -36,6 +36,9 @@ R=$T/remote M=$T/mnt J=$T/journal S=$T/src
 mkdir -p "$R" "$M" "$S"
 : >"$T/synced"
 OPTS="-o journal=$J,cache=$T/cache,streams=$STREAMS,chunk_size=1Mi,remote_stream_rate=4M"
+# IT_CRASH_OPTS: more mount options, e.g. "passthrough" (then checked to
+# have passed files through, at the end)
+OPTS="$OPTS${IT_CRASH_OPTS:+,$IT_CRASH_OPTS}"
 DPID=
 WPID=
 pass=0
@@ -179,6 +182,16 @@ while read -r dst src; do
 done <"$T/synced"
 [ "$nbad" = 0 ] && ok "and the same through the mount" ||
 	bad "fsynced files through the mount" "$nbad differ"
+case ",${IT_CRASH_OPTS:-}," in
+*,passthrough,*)
+	# the writer's write-only creates passed through the kernel
+	echo x >"$M/pt-probe"
+	json=$("$FERRYFS" status "$M" --json 2>&1)
+	[ "$(json_field "$json" passthrough_opens 2>/dev/null)" -ge 1 ] 2>/dev/null &&
+		ok "-o passthrough: files passed through" ||
+		bad "-o passthrough: files passed through" "$json"
+	;;
+esac
 st=$(getfattr --absolute-names --only-values -n user.ferryfs.state \
 	"$(head -1 "$T/synced" | cut -d' ' -f1)" 2>&1)
 [ "$st" = clean ] && ok "user.ferryfs.state of a flushed file: clean" ||

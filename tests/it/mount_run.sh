@@ -16,6 +16,7 @@
 # block cache $T/cache unless FERRYFS_OPTS names them. FERRYFS_OPTS (word
 # split on purpose, e.g. "-o journal=/x") is appended to the mount command;
 # FERRYFS_DEBUG=1 adds -d. IT_TIMEOUT overrides CMD's time limit (seconds).
+# IT_EXPECT_PASSTHROUGH=1: fail unless files passed through (see below).
 #
 # Another share: FERRYFS_REMOTE is the spec to mount instead of $T/remote
 # (e.g. nfs://10.78.0.2/export/run1) and FERRYFS_REMOTE_DIR the local
@@ -220,4 +221,17 @@ if ! daemon_alive; then
 	[ "$status" = 0 ] && status=1
 fi
 log "test exited with status $status"
+# IT_EXPECT_PASSTHROUGH=1 (with -o passthrough): the run must have passed
+# files through the kernel, and every one must be closed again
+if [ "$status" = 0 ] && [ "${IT_EXPECT_PASSTHROUGH:-0}" = 1 ]; then
+	js=$("$FERRYFS" status "$MNT" --json 2>&1)
+	opens=$(printf '%s' "$js" | sed -n 's/.*"passthrough_opens": \([0-9]*\).*/\1/p')
+	files=$(printf '%s' "$js" | sed -n 's/.*"passthrough_files": \([0-9]*\).*/\1/p')
+	log "passthrough: ${opens:-?} opens, ${files:-?} files still passing through"
+	if ! printf '%s' "$js" | grep -q '"passthrough": true' ||
+		[ "${opens:-0}" -eq 0 ] || [ "${files:-1}" -ne 0 ]; then
+		log "error: expected passthrough opens, all closed: $js"
+		status=1
+	fi
+fi
 exit

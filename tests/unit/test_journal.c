@@ -1794,6 +1794,65 @@ static void test_journal__commit_syncs_many_staging_files(void **state)
 	}
 }
 
+/* Passthrough (fs/pt.c): the kernel writes the staging file itself; the
+ * journal marks those bytes only when told, keeps the pinned file's mtime
+ * a SETATTR gives, and marks nothing of a file it is not pinned for. */
+static void test_journal__passthrough_marks_what_the_kernel_wrote(void **state)
+{
+	struct fx *fx = *state;
+	const size_t len = 3 * CS + 100;
+	unsigned char *want = malloc(len), *buf = malloc(len);
+	struct timespec mt = { 1700000000, 5 };
+	struct jnl_node a = { 0 }, nd;
+	jnl_id f, g;
+	int fd;
+
+	assert_non_null(want);
+	assert_non_null(buf);
+	f = mk_file(fx->j, JNL_ROOT, "pt");
+	g = mk_file(fx->j, JNL_ROOT, "plain");
+	write_pattern(fx->j, g, 0, 100, 9);
+	assert_rc_ok(jnl_pt_begin(fx->j, f, &fd));
+	pattern(want, len, 3);
+	assert_int_equal(pwrite(fd, want, len, 0), (ssize_t)len);
+	/* the journal saw nothing: the flusher's view */
+	assert_int_equal(node_size(fx->j, f), 0);
+	/* what the mount shows: the staging file */
+	assert_rc_ok(jnl_node_get(fx->j, f, &nd));
+	jnl_pt_attr(fx->j, f, &nd);
+	assert_int_equal(nd.size, len);
+	/* a SETATTR of its mtime reaches the staging file */
+	a.mtime = mt;
+	assert_rc_ok(jnl_setattr(fx->j, f, JNL_SET_MTIME, &a));
+	jnl_pt_attr(fx->j, f, &nd);
+	assert_int_equal(nd.mtime.tv_sec, mt.tv_sec);
+	assert_int_equal(nd.mtime.tv_nsec, mt.tv_nsec);
+	/* unpinned: nothing to mark */
+	assert_rc_ok(jnl_pt_mark(fx->j, g));
+	assert_int_equal(node_size(fx->j, g), 100);
+	assert_rc_ok(jnl_pt_mark(fx->j, f));
+	assert_rc_ok(jnl_sync(fx->j));
+	for (uint64_t c = 0; c < 4; c++)
+		assert_int_equal(chunk_state(fx->j, f, c, NULL),
+				 JNL_CHUNK_DIRTY);
+	assert_rc_ok(jnl_node_get(fx->j, f, &nd));
+	assert_int_equal(nd.size, len);
+	assert_int_equal(nd.mtime.tv_sec, mt.tv_sec);
+	jnl_pt_end(fx->j, f);
+	close(fd);
+	/* no longer pinned: a mark is a no-op, the attributes the marks' */
+	assert_rc_ok(jnl_pt_mark(fx->j, f));
+	jnl_pt_attr(fx->j, f, &nd);
+	assert_int_equal(nd.size, len);
+	reopen(fx);
+	assert_int_equal(jnl_read(fx->j, f, buf, len, 0, NULL), (ssize_t)len);
+	assert_memory_equal(buf, want, len);
+	assert_int_equal(node_size(fx->j, g), 100);
+	jnl_assert_sane(fx->j);
+	free(want);
+	free(buf);
+}
+
 /* --- op log ---------------------------------------------------------------------- */
 
 static void test_journal__ops_wait_for_their_directory(void **state)
@@ -2811,6 +2870,7 @@ int main(void)
 		T(test_journal__group_commit_survives_crash),
 		T(test_journal__writes_share_one_commit),
 		T(test_journal__commit_syncs_many_staging_files),
+		T(test_journal__passthrough_marks_what_the_kernel_wrote),
 		T(test_journal__ops_wait_for_their_directory),
 		T(test_journal__ops_after_dir_rename_wait),
 		T(test_journal__ops_exchange),
