@@ -152,6 +152,10 @@ static ssize_t pt_writev(int fd, struct iovec *iov, int count, void *userdata)
 		return writev(fd, iov, count);
 	if (t_init) {
 		t_init = false;
+		if (!fs->pt_offered)
+			LOG_WARN("-o passthrough: this kernel does not offer FUSE "
+				 "passthrough (Linux >= 6.9): FUSE writes, as "
+				 "without the option");
 		if (!oh.error && fs->pt_offered &&
 		    iov[1].iov_len == sizeof(struct pt_init_out)) {
 			struct pt_init_out *o = iov[1].iov_base;
@@ -290,9 +294,19 @@ void fs_pt_close(struct fs *fs, struct fs_handle *h)
 
 	pthread_mutex_lock(&fs->pt_lock);
 	p = pt_find(fs, h->id);
-	if (p && !--p->handles) {
-		/* under pt_lock: no open of it passes through meanwhile */
-		(void)jnl_pt_mark(fs->jnl, p->id); /* it logs an error */
+	if (!p || --p->handles) {
+		pthread_mutex_unlock(&fs->pt_lock);
+		return;
+	}
+	/* the last one: mark what the kernel wrote, without pt_lock (every
+	 * open takes it). An open meanwhile joins the same backing file
+	 * (still registered), and then the file stays pinned: the marks of
+	 * this close are only early ones. */
+	pthread_mutex_unlock(&fs->pt_lock);
+	(void)jnl_pt_mark(fs->jnl, h->id); /* it logs an error */
+	pthread_mutex_lock(&fs->pt_lock);
+	p = pt_find(fs, h->id);
+	if (p && !p->handles) {
 		jnl_pt_end(fs->jnl, p->id);
 		bid = (uint32_t)p->backing;
 		if (ioctl(fuse_session_fd(fs->se), PT_IOC_BACKING_CLOSE,
@@ -301,8 +315,6 @@ void fs_pt_close(struct fs *fs, struct fs_handle *h)
 				 "%u: %s", bid, strerror(errno));
 		*p = fs->pt[--fs->pt_n];
 		atomic_fetch_sub(&fs->pt_nodes, 1);
-		if (fs->fl)
-			jnl_flusher_kick(fs->fl);
 	}
 	pthread_mutex_unlock(&fs->pt_lock);
 }

@@ -1093,6 +1093,20 @@ static ssize_t write_marks(struct jnl *j, jnl_id id, const void *buf,
 again:
 	disk_look(j);
 	pthread_rwlock_rdlock(&j->rw);
+	if (!buf) { /* jnl_pt_mark(): not truncated since (growth is fine:
+		     * those bytes are marked later) */
+		struct stat st;
+
+		rc = jnl_fd_get(j, id, false, &fd);
+		if (rc)
+			goto out;
+		rc = fstat(fd, &st) < 0 ? -errno : 0;
+		jnl_fd_put(j, id, fd);
+		if (!rc && (uint64_t)st.st_size < end)
+			rc = -EAGAIN;
+		if (rc)
+			goto out;
+	}
 	rc = span_look(j, id, &sp, &pn, n);
 	if (rc)
 		goto out;
@@ -1280,25 +1294,24 @@ int jnl_pt_mark(struct jnl *j, jnl_id id)
 
 	if (!pt_pinned(j, id))
 		return 0; /* the journal saw every write of it */
-	/* no truncation between the look at the size and the marks: it
-	 * would see its cut-off bytes marked again (jnl_setattr) */
-	pthread_mutex_lock(&j->commit_lock);
-	rc = jnl_fd_get(j, id, false, &fd);
-	if (rc == -ENOENT) {
-		rc = 0; /* no staging file: nothing written */
-		goto out;
-	}
-	if (rc)
-		goto out;
-	rc = fstat(fd, &st) < 0 ? -errno : 0;
-	jnl_fd_put(j, id, fd);
-	if (!rc && st.st_size > 0)
+	/* write_marks() looks at the size again under rw (a truncation
+	 * takes it exclusive): -EAGAIN if it changed meanwhile */
+	for (int tries = 0; tries < 100; tries++) {
+		rc = jnl_fd_get(j, id, false, &fd);
+		if (rc == -ENOENT)
+			return 0; /* no staging file: nothing written */
+		if (rc)
+			break;
+		rc = fstat(fd, &st) < 0 ? -errno : 0;
+		jnl_fd_put(j, id, fd);
+		if (rc || st.st_size == 0)
+			break;
 		w = write_marks(j, id, NULL, (size_t)st.st_size, 0,
 				&st.st_mtim);
-	if (w < 0)
-		rc = (int)w;
-out:
-	pthread_mutex_unlock(&j->commit_lock);
+		rc = w < 0 ? (int)w : 0;
+		if (rc != -EAGAIN)
+			break;
+	}
 	if (rc && rc != -ENOENT)
 		LOG_ERR("cannot mark the staging file of node %" PRIu64
 			" in '%s': %s", id, j->dir, strerror(-rc));

@@ -16,6 +16,9 @@
 #           ferryfs. No FUSE file system can be faster than this.
 #   ferryfs ferryfs over a directory on the same disk, FERRYFS_OPTS
 #           (default: none, i.e. write-back into its journal)
+#   ferryfs-b  only if FERRYFS_OPTS_B is set: a second ferryfs mount, the
+#           same build with those options (its own share and journal), so
+#           that two configurations are compared in one run
 #
 #   cp-big   cp SRC TARGET          (SIZE_MB MiB; the time until cp returns,
 #                                    as run.sh's "cp (returns)" rows)
@@ -27,7 +30,7 @@
 #                                    100 dirs, as bench_foundation.sh)
 #
 # Environment: RUNS=5 SIZE_MB=1024 SMALL_FILES=10000 PREFAULT_MB=8192
-#   BUILD_DIR=build FERRYFS=<binary> FERRYFS_OPTS="-o ..."
+#   BUILD_DIR=build FERRYFS=<binary> FERRYFS_OPTS="-o ..." FERRYFS_OPTS_B=
 #   BENCH_PARENT=/var/tmp SHM_PARENT=/dev/shm
 # Needs root (drop_caches) and a C compiler (fuse_floor is built here, as
 # nas.sh builds its delay line). Always unmounts and removes its files.
@@ -41,6 +44,7 @@ SIZE_MB=${SIZE_MB:-1024}
 SMALL_FILES=${SMALL_FILES:-10000}
 PREFAULT_MB=${PREFAULT_MB:-8192}
 FERRYFS_OPTS=${FERRYFS_OPTS:-}
+FERRYFS_OPTS_B=${FERRYFS_OPTS_B:-}
 BENCH_PARENT=${BENCH_PARENT:-/var/tmp}
 SHM_PARENT=${SHM_PARENT:-/dev/shm}
 
@@ -87,7 +91,8 @@ log "bench: sources in $SHM: ${SIZE_MB} MiB file, $SMALL_FILES small files"
 head -c "${SIZE_MB}M" /dev/urandom >"$SHM/big.bin"
 make_tree "$SHM/tree" "$SMALL_FILES" 100
 
-mkdir -p "$WORK/local" "$WORK/floor" "$WORK/share" "$WORK/ferryfs"
+mkdir -p "$WORK/local" "$WORK/floor" "$WORK/share" "$WORK/ferryfs" \
+	"$WORK/share-b" "$WORK/ferryfs-b"
 wait_mount() { # MNT PID LOG
 	for _ in $(seq 100); do
 		mountpoint -q "$1" && return 0
@@ -108,12 +113,29 @@ echo 8192 >"/sys/class/bdi/$(mountpoint -d "$WORK/floor")/read_ahead_kb"
 	>"$WORK/ferryfs.log" 2>&1 &
 PIDS[$WORK/ferryfs]=$!
 wait_mount "$WORK/ferryfs" $! "$WORK/ferryfs.log"
+SIDES=(local floor ferryfs)
+MOUNTS=("$WORK/ferryfs")
+SHARES=("$WORK/share")
+if [[ -n "$FERRYFS_OPTS_B" ]]; then
+	# shellcheck disable=SC2086 # FERRYFS_OPTS_B is a list of options
+	"$FERRYFS" mount "$WORK/share-b" "$WORK/ferryfs-b" -f \
+		-o "journal=$WORK/journal-b,cache=$WORK/cache-b" $FERRYFS_OPTS_B \
+		>"$WORK/ferryfs-b.log" 2>&1 &
+	PIDS[$WORK/ferryfs-b]=$!
+	wait_mount "$WORK/ferryfs-b" $! "$WORK/ferryfs-b.log"
+	SIDES+=(ferryfs-b)
+	MOUNTS+=("$WORK/ferryfs-b")
+	SHARES+=("$WORK/share-b")
+fi
 
 # before each run: ferryfs's flusher done with the last one (it would take
 # CPU and disk from whichever side runs next), then lib.sh's drop_caches
 settle() {
-	"$FERRYFS" flush "$WORK/ferryfs" --wait >/dev/null ||
-		die "ferryfs flush --wait failed: $(tail -n 3 "$WORK/ferryfs.log")"
+	local m
+	for m in "${MOUNTS[@]}"; do
+		"$FERRYFS" flush "$m" --wait >/dev/null ||
+			die "ferryfs flush --wait failed: $(tail -n 3 "$m.log")"
+	done
 	drop_caches
 }
 # run_WORKLOAD DIR: prints its seconds; every run writes new names
@@ -121,13 +143,12 @@ run_cp_big() { settle && seconds_of cp "$SHM/big.bin" "$1/big-$i.bin"; }
 run_read() { settle && seconds_of dd if="$1/big-$i.bin" of=/dev/null bs=1M status=none; }
 run_cp_tree() { settle && seconds_of cp_a_sync "$SHM/tree" "$1/tree-$i"; }
 
-SIDES=(local floor ferryfs)
 WORKLOADS=(cp-big read cp-tree)
 declare -A RAW=()
 for w in "${WORKLOADS[@]}"; do
 	for ((i = 1; i <= RUNS; i++)); do
-		for ((k = 0; k < 3; k++)); do
-			side=${SIDES[(i + k) % 3]}
+		for ((k = 0; k < ${#SIDES[@]}; k++)); do
+			side=${SIDES[(i + k) % ${#SIDES[@]}]}
 			t=$("run_${w//-/_}" "$WORK/$side")
 			RAW[$w,$side]+="$t "
 			log "bench: $w run $i/$RUNS $side: ${t}s"
@@ -137,8 +158,15 @@ for w in "${WORKLOADS[@]}"; do
 	# fill; the floor keeps nothing, ferryfs's flusher empties its journal
 	[[ $w == cp-big ]] || rm -rf "$WORK"/local/*
 done
-[[ "$(cmp "$SHM/big.bin" "$WORK/ferryfs/big-1.bin" && echo same)" == same ]] ||
-	die "the file copied into ferryfs differs from its source"
+settle
+for ((k = 0; k < ${#MOUNTS[@]}; k++)); do
+	for ((i = 1; i <= RUNS; i++)); do
+		for f in "${MOUNTS[k]}/big-$i.bin" "${SHARES[k]}/big-$i.bin"; do
+			cmp -s "$SHM/big.bin" "$f" ||
+				die "$f (copied into a ferryfs mount) differs from its source"
+		done
+	done
+done
 
 # --- report -------------------------------------------------------------------
 med() { median <<<"${RAW[$1,$2]}"; }
@@ -153,17 +181,19 @@ cmdline="${given}RUNS=$RUNS"
 ((SIZE_MB != 1024)) && cmdline+=" SIZE_MB=$SIZE_MB"
 ((SMALL_FILES != 10000)) && cmdline+=" SMALL_FILES=$SMALL_FILES"
 [[ -n "$FERRYFS_OPTS" ]] && cmdline+=" FERRYFS_OPTS='$FERRYFS_OPTS'"
+[[ -n "$FERRYFS_OPTS_B" ]] && cmdline+=" FERRYFS_OPTS_B='$FERRYFS_OPTS_B'"
 cmdline+=" tests/bench/bench_floor.sh${1:+ $1}"
 report=$(
 	echo "## floor: local disk, the least FUSE costs, ferryfs — $(date -u '+%Y-%m-%d %H:%M UTC')"
 	echo
 	echo "- command: \`$cmdline\`"
-	echo "- ferryfs: $("$FERRYFS" --version 2>&1 | head -n 1 | sed 's/^ferryfs //') (git $commit), options: ${FERRYFS_OPTS:-none (write-back)}; floor: tests/bench/fuse_floor.c"
+	echo "- ferryfs: $("$FERRYFS" --version 2>&1 | head -n 1 | sed 's/^ferryfs //') (git $commit), options: ${FERRYFS_OPTS:-none (write-back)}${FERRYFS_OPTS_B:+; ferryfs-b: $FERRYFS_OPTS_B}; floor: tests/bench/fuse_floor.c"
 	echo "- machine: $cpu, $(nproc) cores, $(free -g | awk '/^Mem:/ { print $2 }') GiB RAM; kernel $(uname -r); Debian $(cat /etc/debian_version 2>/dev/null || echo '?'); local side and share: $(findmnt -n -o FSTYPE,SOURCE --target "$WORK" | tr -s ' ')"
 	echo "- runs per side: $RUNS, order rotated; median; before every run ferryfs's flush finished, the page cache synced and dropped, then $PREFAULT_MB MiB prefaulted"
 	echo
-	echo "| workload | local | floor (FUSE, data thrown away) | ferryfs |"
-	echo "|---|---|---|---|"
+	b_head=${FERRYFS_OPTS_B:+ ferryfs $FERRYFS_OPTS_B |}
+	echo "| workload | local | floor (FUSE, data thrown away) | ferryfs |$b_head"
+	echo "|---|---|---|---|${FERRYFS_OPTS_B:+---|}"
 	for w in "${WORKLOADS[@]}"; do
 		l=$(med "$w" local)
 		f=$(med "$w" floor)
@@ -173,13 +203,18 @@ report=$(
 		read) label="\`dd\` read of $SIZE_MB MiB, cold" ;;
 		cp-tree) label="\`cp -a\` $SMALL_FILES files + \`sync\`" ;;
 		esac
-		echo "| $label | $(cell "$l") | $(cell "$f") ($(rel "$l" "$f")) | $(cell "$m") ($(rel "$l" "$m")) |"
+		b=
+		if [[ -n "$FERRYFS_OPTS_B" ]]; then
+			mb=$(med "$w" ferryfs-b)
+			b=" $(cell "$mb") ($(rel "$l" "$mb")) |"
+		fi
+		echo "| $label | $(cell "$l") | $(cell "$f") ($(rel "$l" "$f")) | $(cell "$m") ($(rel "$l" "$m")) |$b"
 	done
 	echo
-	echo "Raw seconds (local | floor | ferryfs):"
+	echo "Raw seconds (local | floor | ferryfs${FERRYFS_OPTS_B:+ | ferryfs-b}):"
 	echo
 	for w in "${WORKLOADS[@]}"; do
-		echo "- $w: ${RAW[$w,local]}| ${RAW[$w,floor]}| ${RAW[$w,ferryfs]}"
+		echo "- $w: ${RAW[$w,local]}| ${RAW[$w,floor]}| ${RAW[$w,ferryfs]}${FERRYFS_OPTS_B:+| ${RAW[$w,ferryfs-b]:-}}"
 	done
 )
 printf '%s\n' "$report"

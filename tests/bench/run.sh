@@ -22,6 +22,8 @@
 #   ferryfs-nfs   ferryfs on nfs://: cp, until flush --wait returns, cold read;
 #                 and cp to local disk, what ferryfs's cp compares with
 #   ferryfs-smb   ferryfs on smb://: the same ("n/a" without the smb driver)
+#   ferryfs-nfs-pt  ferryfs on nfs:// with -o passthrough (fs/pt.c): cp,
+#                 until flush --wait returns, cold read (not by default)
 #   ferryfs-agent ferryfs on nfs:// flushing through ferry-agent, which this
 #                 script runs in the NAS namespace over the export directory
 #                 (port 7077): cp, until flush --wait returns
@@ -66,7 +68,7 @@ usage() {
 	exit "${1:-0}"
 }
 
-ALL_GROUPS=(iperf nfs-cp smbclient sshfs rclone-copy rclone-mount ferryfs-nfs ferryfs-smb ferryfs-agent ferryfs-smb-agent)
+ALL_GROUPS=(iperf nfs-cp smbclient sshfs rclone-copy rclone-mount ferryfs-nfs ferryfs-smb ferryfs-agent ferryfs-smb-agent ferryfs-nfs-pt)
 OPT_RATE='' OPT_CAP='' OPT_DELAY='' OPT_WLS='' RUNS=3 QUICK=0 ROWS='' APPEND=0
 while (($#)); do
 	case $1 in
@@ -103,7 +105,9 @@ done
 ((QUICK)) && [[ $CMDLINE != *--runs* ]] && RUNS=1
 declare -A WANT=()
 if [[ -z $ROWS ]]; then
-	for g in "${ALL_GROUPS[@]}"; do WANT[$g]=1; done
+	for g in "${ALL_GROUPS[@]}"; do
+		[[ $g == ferryfs-nfs-pt ]] || WANT[$g]=1 # an option: asked by name
+	done
 else
 	IFS=, read -r -a picked <<<"$ROWS"
 	for g in "${picked[@]}"; do
@@ -638,6 +642,9 @@ row fnfs-local push "cp -r to local disk (/var/tmp): what ferryfs's cp compares 
 row fnfs-cp push "ferryfs nfs://: cp -r (returns)"
 row fnfs-flush push "ferryfs nfs://: until flush --wait returns (from the start of cp)"
 row fnfs-read pull "ferryfs nfs://: cold read, cp -r from a fresh mount"
+row fnpt-cp push "ferryfs nfs:// -o passthrough: cp -r (returns)"
+row fnpt-flush push "ferryfs nfs:// -o passthrough: until flush --wait returns (from the start of cp)"
+row fnpt-read pull "ferryfs nfs:// -o passthrough: cold read, cp -r from a fresh mount"
 row fsmb-cp push "ferryfs smb://: cp -r (returns)"
 row fsmb-flush push "ferryfs smb://: until flush --wait returns (from the start of cp)"
 row fsmb-read pull "ferryfs smb://: cold read, cp -r from a fresh mount"
@@ -753,8 +760,8 @@ for ((RUN = 1; RUN <= RUNS; RUN++)); do
 	g_iperf || true
 	# every other run in the reverse order: no row always runs right
 	# after the same one (and its clean-up: a 1 GiB delete on the NAS)
-	order=(nfs-cp smbclient sshfs rclone-copy rclone-mount ferryfs-nfs ferryfs-smb ferryfs-agent ferryfs-smb-agent)
-	((RUN % 2)) || order=(ferryfs-smb-agent ferryfs-agent ferryfs-smb ferryfs-nfs rclone-mount rclone-copy sshfs smbclient nfs-cp)
+	order=(nfs-cp smbclient sshfs rclone-copy rclone-mount ferryfs-nfs ferryfs-nfs-pt ferryfs-smb ferryfs-agent ferryfs-smb-agent)
+	((RUN % 2)) || order=(ferryfs-smb-agent ferryfs-agent ferryfs-smb ferryfs-nfs-pt ferryfs-nfs rclone-mount rclone-copy sshfs smbclient nfs-cp)
 	for w in "${WLS[@]}"; do
 		for g in "${order[@]}"; do
 			want "$g" || continue
@@ -766,6 +773,7 @@ for ((RUN = 1; RUN <= RUNS; RUN++)); do
 			rclone-copy) g_rclone_copy "$w" || true ;;
 			rclone-mount) g_rclone_mount "$w" || true ;;
 			ferryfs-nfs) g_ferry fnfs "$NFS_BASE" "$NAS_EXPORT_DIR" nfs_mkdir nfs_rm "" "$w" || true ;;
+			ferryfs-nfs-pt) g_ferry fnpt "$NFS_BASE" "$NAS_EXPORT_DIR" nfs_mkdir nfs_rm passthrough "$w" || true ;;
 			ferryfs-agent)
 				g_ferry fagt "$NFS_BASE" "$NAS_EXPORT_DIR" nfs_mkdir nfs_rm \
 					"agent=$HOST:$AGENT_PORT/$BENCH_ID/fagt-r$RUN-$w,agent_key=$WORK/agent.key" "$w" || true
@@ -793,7 +801,7 @@ LINK_PULL=$(median <<<"${IPERF[iperf-p4r]:-}") || LINK_PULL=
 row_group() {
 	case $1 in
 	iperf*) echo iperf ;; nfscp*) echo nfs-cp ;; smb-*) echo smbclient ;; sshfs*) echo sshfs ;;
-	rclone*) echo rclone-copy ;; rmount*) echo rclone-mount ;; fnfs*) echo ferryfs-nfs ;;
+	rclone*) echo rclone-copy ;; rmount*) echo rclone-mount ;; fnfs*) echo ferryfs-nfs ;; fnpt*) echo ferryfs-nfs-pt ;;
 	fsmb*) echo ferryfs-smb ;; fagt*) echo ferryfs-agent ;; fsag*) echo ferryfs-smb-agent ;;
 	esac
 }
