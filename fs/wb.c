@@ -1524,8 +1524,11 @@ static void wb_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off,
 	}
 	/* the journal keeps data, not allocation: mode 0 sets the size,
 	 * KEEP_SIZE alone asks for nothing the data needs, a punched hole
-	 * is written as zeros */
-	rc = jnl_node_get(fs->jnl, h->id, &nd);
+	 * is written as zeros; what the kernel wrote of a file passing
+	 * through is marked first (the size below is the journal's) */
+	rc = h->pt ? fs_pt_mark(fs, h->id) : 0;
+	if (rc == 0)
+		rc = jnl_node_get(fs->jnl, h->id, &nd);
 	if (rc == 0 && mode == 0 && (uint64_t)off + (uint64_t)len > nd.size) {
 		a.size = (uint64_t)off + (uint64_t)len;
 		rc = jnl_setattr(fs->jnl, h->id, JNL_SET_SIZE, &a);
@@ -1555,7 +1558,9 @@ static void wb_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	rc = jnl_node_get(fs->jnl, h->id, &nd);
+	rc = h->pt ? fs_pt_mark(fs, h->id) : 0; /* as fallocate */
+	if (rc == 0)
+		rc = jnl_node_get(fs->jnl, h->id, &nd);
 	if (rc < 0)
 		reply_err(req, rc);
 	else if (off < 0 || (uint64_t)off >= nd.size)
