@@ -1178,8 +1178,8 @@ static int open_dir(struct cache *c)
 		set_errmsg("cannot open cache '%s': %s", c->dir, strerror(-rc));
 		return rc;
 	}
-	if (flock(c->dirfd, LOCK_EX | LOCK_NB) < 0) {
-		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+	rc = sys_lock_wait(c->dirfd, 5000); /* a daemon may still be exiting */
+	if (rc) {
 		set_errmsg("cache '%s' is in use by another process", c->dir);
 		return rc;
 	}

@@ -279,6 +279,7 @@
 
 #include "journal_i.h"
 #include "log.h"
+#include "sys.h"
 
 #define JNL_MAP_SIZE (64ull << 30) /* sparse; grows only with use */
 #define JNL_ID_GAP 65536 /* ids skipped at open: >= batch_max */
@@ -993,8 +994,8 @@ static int open_dirs(struct jnl *j, unsigned int flags, bool *creating)
 			   j->dir, strerror(-rc));
 		return rc;
 	}
-	if (flock(j->dirfd, LOCK_EX | LOCK_NB) < 0) {
-		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+	rc = sys_lock_wait(j->dirfd, 5000); /* a daemon may still be exiting */
+	if (rc) {
 		set_errmsg("journal '%s' is in use by another process", j->dir);
 		return rc;
 	}

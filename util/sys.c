@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -79,4 +80,17 @@ int sys_mkdir_parents(const char *path, mode_t mode)
 		*s = '/';
 	}
 	return 0;
+}
+
+int sys_lock_wait(int fd, int wait_ms)
+{
+	for (int waited = 0;; waited += 50) {
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+			return 0;
+		if (errno != EWOULDBLOCK && errno != EINTR)
+			return -errno;
+		if (waited >= wait_ms)
+			return -EBUSY;
+		usleep(50 * 1000);
+	}
 }

@@ -26,4 +26,8 @@ int sys_fsync_dir(const char *dir);
  * ones made here. Errors: -ENAMETOOLONG, mkdir's. */
 int sys_mkdir_parents(const char *path, mode_t mode);
 
+/* flock(LOCK_EX) of @fd, waiting up to @wait_ms for a holder to let go
+ * (a daemon still exiting after its unmount). 0, -EBUSY, or -errno. */
+int sys_lock_wait(int fd, int wait_ms);
+
 #endif
