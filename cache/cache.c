@@ -13,7 +13,8 @@
  *                   databases meta, blocks, slots, lru, files (cache_i.h)
  *   DIR/blocks      the slab, nslots * block_size bytes (sparse)
  *   DIR/open        the boot id, while open (see CRASHES)
- *   DIR itself      flock()ed by the process that has it open (-EBUSY)
+ *   DIR itself      flock()ed by the process that has it open (-EBUSY,
+ *                   after waiting 5 s for a daemon still exiting)
  *
  * SLOT STATES
  *
@@ -1178,7 +1179,7 @@ static int open_dir(struct cache *c)
 		set_errmsg("cannot open cache '%s': %s", c->dir, strerror(-rc));
 		return rc;
 	}
-	rc = sys_lock_wait(c->dirfd, 5000); /* a daemon may still be exiting */
+	rc = sys_lock_wait(c->dirfd, SYS_LOCK_WAIT_MS);
 	if (rc) {
 		set_errmsg("cache '%s' is in use by another process", c->dir);
 		return rc;

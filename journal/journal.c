@@ -14,7 +14,8 @@
  *                   ferryfs): the subdirectory form, not MDB_NOSUBDIR
  *   DIR/data/<id>   sparse staging file of node <id> (decimal); a crash
  *                   may leave files no record names (harmless)
- *   DIR itself      flock()ed by the process that has it open (-EBUSY);
+ *   DIR itself      flock()ed by the process that has it open (-EBUSY,
+ *                   after waiting 5 s for a daemon still exiting);
  *                   that is the only lock: one process, LMDB unlocked
  *
  * Named databases: meta, nodes, dentries, chunks, ops (journal.h) and three
@@ -994,7 +995,7 @@ static int open_dirs(struct jnl *j, unsigned int flags, bool *creating)
 			   j->dir, strerror(-rc));
 		return rc;
 	}
-	rc = sys_lock_wait(j->dirfd, 5000); /* a daemon may still be exiting */
+	rc = sys_lock_wait(j->dirfd, SYS_LOCK_WAIT_MS);
 	if (rc) {
 		set_errmsg("journal '%s' is in use by another process", j->dir);
 		return rc;

@@ -29,5 +29,6 @@ int sys_mkdir_parents(const char *path, mode_t mode);
 /* flock(LOCK_EX) of @fd, waiting up to @wait_ms for a holder to let go
  * (a daemon still exiting after its unmount). 0, -EBUSY, or -errno. */
 int sys_lock_wait(int fd, int wait_ms);
+#define SYS_LOCK_WAIT_MS 5000 /* the journal's and the cache's directory */
 
 #endif
