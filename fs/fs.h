@@ -53,6 +53,8 @@ struct fs_opts {
 	/* reads: the block cache and read-ahead (cache/, fs/read.c) */
 	char *cache;               /* -o cache=DIR, NULL: the default */
 	bool no_cache;             /* -o cache=off */
+	int cache_local;           /* -o cache_local: cache a share on a
+				      local file system too (RMT_CAP_LOCAL) */
 	unsigned long long cache_max; /* -o cache_max=SIZE, 0: the cache's */
 	unsigned int readahead;    /* -o readahead=N streams, 0 = off (4) */
 	char *s_cache_ttl;         /* -o cache_ttl=SEC: attr_timeout and

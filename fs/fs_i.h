@@ -313,8 +313,10 @@ struct fs {
 	/* bytes of chunks in flight at the last crash, found by the first
 	 * of the two opens of fs_run() (jnl_stats.resent_bytes) */
 	unsigned long long resent_bytes;
-	/* reads (read.c): NULL with -o cache=off */
+	/* reads (read.c): NULL with -o cache=off or on a local share
+	 * (cache_off says which) */
 	struct cache *cache;
+	const char *cache_off;
 	struct cache_ra *ra;
 	char *cache_dir;
 	_Atomic uint64_t app_read_bytes, share_read_bytes;

@@ -188,6 +188,11 @@ static void print_status(const char *reply)
 					       (double)(hits + misses)
 				     : 0.0,
 		       hits, hits + misses, ra);
+	} else {
+		char off[256];
+
+		json_str(reply, "cache_off", off, sizeof(off));
+		printf("  cache: off: %s\n", off);
 	}
 }
 

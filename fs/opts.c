@@ -71,6 +71,7 @@ static const struct fuse_opt opt_spec[] = {
 	OPTV("journal_max=%s", s_journal_max),
 	OPTV("cache=%s", cache),
 	OPTV("cache_max=%s", s_cache_max),
+	OPT("cache_local", cache_local),
 	OPTV("readahead=%u", readahead),
 	OPTV("cache_ttl=%s", s_cache_ttl),
 	OPTV("agent=%s", agent),
@@ -459,6 +460,8 @@ void fs_usage(const char *progname)
 	       "    -o cache=DIR|off       the block cache of files read from the\n"
 	       "                           share (/var/lib/ferryfs/cache/ID as root)\n"
 	       "    -o cache_max=SIZE      bound the cache (1/10 of its disk's free space)\n"
+	       "    -o cache_local         cache a share on a local disk too (not\n"
+	       "                           cached: it reads as fast as the cache)\n"
 	       "    -o readahead=N         parallel read-ahead streams, 0 = off (4)\n"
 	       "    -o cache_ttl=SEC       trust a file's attributes SEC between opens\n"
 	       "                           (sets attr_timeout and entry_timeout; an\n"

@@ -220,8 +220,9 @@ static bool probe_xattr(int rootfd)
 static const struct rmt_ops path_ops;
 
 /* Is the share a network (or FUSE) filesystem, whose close(2) can report
- * write errors late? Unknown types count as network: flushing costs a
- * round trip, a lost error costs data. */
+ * write errors late (RMT_CAP_CLOSE_ERRORS), and whose reads are worth the
+ * block cache (no RMT_CAP_LOCAL)? Unknown types count as network: flushing
+ * costs a round trip, a lost error costs data; a cache costs disk space. */
 static bool on_network_fs(int fd)
 {
 	struct statfs sf;
@@ -292,8 +293,8 @@ int rmt_path_open(const char *dir, const char *opts, struct rmt **out)
 	p->rootfd = fd;
 	p->proc = probe_proc(fd);
 	p->base.caps = RMT_CAP_THREADSAFE | RMT_CAP_FD | RMT_CAPS_POSIX;
-	if (on_network_fs(p->rootfd))
-		p->base.caps |= RMT_CAP_CLOSE_ERRORS;
+	p->base.caps |= on_network_fs(p->rootfd) ? RMT_CAP_CLOSE_ERRORS
+						 : RMT_CAP_LOCAL;
 	if (p->proc && probe_xattr(fd))
 		p->base.caps |= RMT_CAP_XATTR;
 	*out = &p->base;

@@ -72,6 +72,11 @@ enum rmt_caps {
 	/* stat gives times to the nanosecond (without it, to 100 ns: SMB's
 	 * FILETIME) */
 	RMT_CAP_NSEC = 1 << 12,
+	/* the share is a local disk's file system (ext4, xfs, tmpfs, ...):
+	 * its files read as fast as the block cache's would, so fs/read.c
+	 * reads them directly (FS-Cache, too, caches only network file
+	 * systems); a network or FUSE file system below has it off */
+	RMT_CAP_LOCAL = 1 << 13,
 };
 
 #define RMT_CAPS_POSIX                                                    \

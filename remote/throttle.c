@@ -32,6 +32,8 @@
  * inner caps without RMT_CAP_FD, and rmt_file_fd() is always -EOPNOTSUPP,
  * so fs/ never splices from the inner fd around the buckets. (Also with only
  * latency or fault set: simpler, and a simulation need not be zero-copy.)
+ * Nor RMT_CAP_LOCAL: a throttled share stands for a remote one, whose
+ * reads go through the block cache.
  *
  * Time, per operation (enter(), then the data in slices, take()):
  *
@@ -598,7 +600,7 @@ int rmt_throttle_wrap(struct rmt *inner, struct rmt_throttle_opts *o,
 	}
 	t->base.ops = &throttle_ops;
 	t->base.caps = rmt_caps(inner) & ~(unsigned int)(RMT_CAP_FD | RMT_CAP_PUT |
-						 RMT_CAP_BATCH);
+						 RMT_CAP_BATCH | RMT_CAP_LOCAL);
 	t->inner = inner;
 	t->id = atomic_fetch_add(&last_id, 1) + 1;
 	t->rate = o->rate;

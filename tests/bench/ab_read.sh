@@ -24,6 +24,9 @@
 #   OPTS=readahead=4 (mount options of both), OPTS_A, OPTS_B (more of A's,
 #   of B's: one build against itself with another option, e.g.
 #   OPTS_A=max_background=12 ab_read.sh build/fs/ferryfs build/fs/ferryfs)
+# The share is on a local disk: since RMT_CAP_LOCAL a build reads it
+# directly, without the block cache; OPTS=readahead=4,cache_local measures
+# the cache (older builds refuse that option).
 set -euo pipefail
 shopt -s inherit_errexit
 

@@ -13,6 +13,8 @@
 #   corrupted journal  one clear line, exit != 0, no crash
 #   cache_ttl=SEC      a stat within SEC keeps a file's cached attributes,
 #                      the next open sees the share's change; 0: at once
+#   a local share      read directly, no block cache made; cache_local
+#                      and a throttled share go through the cache
 #   max_read=BYTES     mounts (libfuse wants it twice: mount option and
 #                      init) and reads right; out of range is refused
 #   max_background=N   out of range is refused (every other mount here
@@ -135,6 +137,36 @@ else
 	bad "mount with cache_ttl=0" "$(cat "$T/err")"
 fi
 refused ttl cache_ttl=-1 'cache_ttl must be'
+
+# --- the block cache over a share on a local disk ----------------------------------
+# $T is on a local disk: the mount reads such a share directly and makes no
+# block cache (it would copy the disk to itself); -o cache_local caches it,
+# and so does a throttled share, which stands for a remote one
+cache_case() { # cache_case NAME OPTS WANT (on|off)
+	local json got
+	if ! mount_with "$1" "$2"; then
+		bad "mount with '$2'" "$(cat "$T/err")"
+		return
+	fi
+	head -c 3000000 /dev/urandom >"$T/$1/f"
+	cmp -s "$T/$1/f" "$M/f" || bad "'$2': a file on the share reads back" "differs"
+	json=$("$FERRYFS" status "$M" --json)
+	got=$(python3 -c 'import json,sys; c=json.loads(sys.argv[1])["cache"]; print("off" if c is None else "on" if c["share_read_bytes"] + c["readahead_bytes"] >= 3000000 else "idle")' "$json")
+	if [ "$3" = off ]; then
+		[ "$got" = off ] && [ ! -e "$T/$1.c" ] &&
+			"$FERRYFS" status "$M" | grep -q "cache: off: the share is on a local disk" &&
+			ok "'$2': a share on a local disk is read directly, no cache made, status says why" ||
+			bad "'$2': a local share is not cached" "cache $got, $(ls -d "$T/$1.c" 2>&1); $json"
+	else
+		[ "$got" = on ] && [ -d "$T/$1.c" ] &&
+			ok "'$2': the file came through the block cache" ||
+			bad "'$2': the block cache is used" "cache $got; $json"
+	fi
+	umount_it
+}
+cache_case lc0 "readahead=4" off
+cache_case lc1 "cache_local" on
+cache_case lc2 "remote_rate=1G" on
 
 # --- max_read: the kernel's largest read; what is read stays right -------------------
 if mount_with mr "max_read=65536"; then

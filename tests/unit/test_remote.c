@@ -404,6 +404,10 @@ static void test_remote__open_id_and_caps(void **state)
 	assert_string_equal(rmt_id(fx->r), id);
 	assert_true(caps & RMT_CAP_THREADSAFE);
 	assert_true(caps & RMT_CAP_FD);
+	/* /tmp is a local disk's (or tmpfs): reads skip the block cache,
+	 * close(2) reports nothing late */
+	assert_true(caps & RMT_CAP_LOCAL);
+	assert_false(caps & RMT_CAP_CLOSE_ERRORS);
 
 	/* a non-canonical spelling names the same share */
 	host_path(via, fx->tmp, "outside/../root/");

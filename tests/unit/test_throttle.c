@@ -327,8 +327,9 @@ static void test_throttle__open_refuses_bad_values(void **state)
 		      EPROTONOSUPPORT);
 }
 
-/* The wrapper is the same share: same id, caps without RMT_CAP_FD, and no
- * fd to splice from. Every operation goes through. */
+/* The wrapper is the same share: same id, caps without RMT_CAP_FD (no fd
+ * to splice from) and without RMT_CAP_LOCAL (it stands for a remote share,
+ * whose reads the block cache takes). Every operation goes through. */
 static void test_throttle__wrapper_is_the_same_share(void **state)
 {
 	struct fx *fx = *state;
@@ -342,8 +343,10 @@ static void test_throttle__wrapper_is_the_same_share(void **state)
 	assert_rc_ok(rmt_open(fx->root, NULL, &plain));
 	assert_rc_ok(open_fmt(fx, "remote_latency=0"));
 	assert_string_equal(rmt_id(fx->r), rmt_id(plain));
+	assert_true(rmt_caps(plain) & RMT_CAP_LOCAL); /* the fixture's tmp dir */
 	assert_int_equal(rmt_caps(fx->r),
-			 rmt_caps(plain) & ~(unsigned int)RMT_CAP_FD);
+			 rmt_caps(plain) & ~(unsigned int)(RMT_CAP_FD |
+							   RMT_CAP_LOCAL));
 	assert_true(rmt_caps(fx->r) & RMT_CAP_THREADSAFE);
 	rmt_close(plain);
 
