@@ -273,6 +273,9 @@ int fs_cache_open(struct fs *fs)
 		 * already: a copy would take the space for nothing */
 		fs->cache_off = "the share is on a local disk (-o cache_local "
 				"caches it)";
+		if (o->cache) /* a directory was given: say why it stays empty */
+			LOG_INFO("no block cache in '%s': %s", o->cache,
+				 fs->cache_off);
 		return 0;
 	}
 	fs->cache_dir = o->cache ? strdup(o->cache)
