@@ -6,12 +6,13 @@
  * clean file on the share, the case of pulling a project back from the
  * NAS), write-through or write-back; none of a share on a local disk
  * (RMT_CAP_LOCAL) unless -o cache_local: it reads as fast as the cache
- * would, which would only copy it (measured: 0.82 of a direct read with
- * the cache, 1.09 without; tests/bench/RESULTS.md). Its version (identity, size, mtime,
- * ctime) is taken at open: close-to-open, like NFS; a change on the share
- * is seen at the next open, and blocks of the old version are dropped
- * then (cache_read with a new key). Everything else (files with changes in
- * the journal, files open for writing) reads the share directly.
+ * would, which would only copy it (a cold read 0.62-0.82 of a direct
+ * read with the cache, 1.09-1.22 without; tests/bench/RESULTS.md). Its
+ * version (identity, size, mtime, ctime) is taken at open: close-to-open,
+ * like NFS; a change on the share is seen at the next open, and blocks of
+ * the old version are dropped then (cache_read with a new key).
+ * Everything else (files with changes in the journal, files open for
+ * writing) reads the share directly.
  *
  * A read of [off, off+len):
  *   1. tells the read-ahead engine (cache_ra_note): a sequential reader
@@ -332,7 +333,8 @@ int fs_cache_status(struct fs *fs, char *buf, size_t size)
 	uint64_t lookups;
 
 	if (!fs->cache)
-		return snprintf(buf, size, "\"cache\": null, \"cache_off\": \"%s\"",
+		return snprintf(buf, size,
+				"\"cache\": null, \"cache_off\": \"%s\"",
 				fs->cache_off ? fs->cache_off : "");
 	cache_stats(fs->cache, &cs);
 	if (fs->ra)
