@@ -289,6 +289,7 @@ int fs_ctl_list(char mounts[][4096], int max);
 struct fs_pt {
 	uint64_t id;          /* the journal node */
 	unsigned int handles; /* open handles passing through to it */
+	unsigned int marking; /* releases marking it (fs_pt_close()) */
 	int backing;          /* the kernel's backing id */
 };
 

@@ -252,7 +252,7 @@ static int pt_start(struct fs *fs, struct fs_handle *h)
 		}
 		return rc;
 	}
-	fs->pt[fs->pt_n++] = (struct fs_pt){ h->id, 0, id };
+	fs->pt[fs->pt_n++] = (struct fs_pt){ h->id, 0, 0, id };
 	atomic_fetch_add(&fs->pt_nodes, 1);
 	return 0;
 }
@@ -301,12 +301,15 @@ void fs_pt_close(struct fs *fs, struct fs_handle *h)
 	/* the last one: mark what the kernel wrote, without pt_lock (every
 	 * open takes it). An open meanwhile joins the same backing file
 	 * (still registered), and then the file stays pinned: the marks of
-	 * this close are only early ones. */
+	 * this close are only early ones. Its release may be marking too:
+	 * the last mark to end unpins, so a GETATTR after the unpin finds
+	 * every mark in the node (a size of 0 was seen otherwise). */
+	p->marking++;
 	pthread_mutex_unlock(&fs->pt_lock);
 	(void)jnl_pt_mark(fs->jnl, h->id); /* it logs an error */
 	pthread_mutex_lock(&fs->pt_lock);
 	p = pt_find(fs, h->id);
-	if (p && !p->handles) {
+	if (p && !--p->marking && !p->handles) {
 		jnl_pt_end(fs->jnl, p->id);
 		bid = (uint32_t)p->backing;
 		if (ioctl(fuse_session_fd(fs->se), PT_IOC_BACKING_CLOSE,

@@ -190,14 +190,36 @@ static void node_to_stat(struct fs *fs, const struct jnl_node *nd,
 	}
 }
 
+/* node_to_stat() of node @id as jnl_node_get() gives it now; @epoch:
+ * jnl_pt_epoch() before @nd was read (read again if a passthrough pin
+ * ended since: its size may be older than the marks of that close). */
+static int node_stat_since(struct fs *fs, jnl_id id, struct jnl_node *nd,
+			   uint64_t epoch, struct stat *st)
+{
+	uint64_t e;
+	int rc;
+
+	for (;;) {
+		node_to_stat(fs, nd, st);
+		e = jnl_pt_epoch(fs->jnl);
+		if (e == epoch)
+			return 0;
+		epoch = e;
+		rc = jnl_node_get(fs->jnl, id, nd);
+		if (rc < 0)
+			return rc;
+	}
+}
+
 static int node_stat(struct fs *fs, jnl_id id, struct jnl_node *nd,
 		     struct stat *st)
 {
 	struct jnl_node tmp;
+	uint64_t epoch = jnl_pt_epoch(fs->jnl);
 	int rc = jnl_node_get(fs->jnl, id, nd ? nd : &tmp);
 
 	if (rc == 0)
-		node_to_stat(fs, nd ? nd : &tmp, st);
+		rc = node_stat_since(fs, id, nd ? nd : &tmp, epoch, st);
 	return rc;
 }
 
@@ -231,11 +253,13 @@ static int node_stat_fresh(struct fs *fs, jnl_id *id, struct jnl_node *nd,
 {
 	struct jnl_node tmp;
 	struct stat rs;
+	uint64_t epoch;
 	jnl_id sid;
 	int rc;
 
 	if (!nd)
 		nd = &tmp;
+	epoch = jnl_pt_epoch(fs->jnl);
 	rc = jnl_node_get(fs->jnl, *id, nd);
 	if (rc < 0)
 		return rc;
@@ -262,8 +286,7 @@ static int node_stat_fresh(struct fs *fs, jnl_id *id, struct jnl_node *nd,
 		if (rc < 0)
 			return rc;
 	}
-	node_to_stat(fs, nd, st);
-	return 0;
+	return node_stat_since(fs, *id, nd, epoch, st);
 }
 
 /*

@@ -1243,8 +1243,10 @@ static void pt_unpin(struct jnl *j, jnl_id id)
 
 	pthread_mutex_lock(&j->lock);
 	p = pt_pin(j, id);
-	if (p && !--p->refs)
+	if (p && !--p->refs) {
+		j->pt_ends++; /* before the pin goes: jnl_pt_epoch() */
 		*p = j->pt_pins[--j->pt_npins];
+	}
 	pthread_mutex_unlock(&j->lock);
 }
 
@@ -1284,6 +1286,16 @@ int jnl_pt_begin(struct jnl *j, jnl_id id, int *fd)
 void jnl_pt_end(struct jnl *j, jnl_id id)
 {
 	pt_unpin(j, id);
+}
+
+uint64_t jnl_pt_epoch(struct jnl *j)
+{
+	uint64_t e;
+
+	pthread_mutex_lock(&j->lock);
+	e = j->pt_ends;
+	pthread_mutex_unlock(&j->lock);
+	return e;
 }
 
 int jnl_pt_mark(struct jnl *j, jnl_id id)

@@ -422,11 +422,15 @@ int jnl_fsync_node(struct jnl *j, jnl_id id);
  *     wrote) into @nd, from its staging file; nothing for another node.
  *     For what the mount shows: the flusher's jnl_node_get() keeps what
  *     is marked.
+ *   jnl_pt_epoch(): how many pins have ended. A node read while pinned
+ *     has the size of its last mark; jnl_pt_attr() after the pin ended
+ *     cannot mend that: read the node again if the epoch moved between.
  *   jnl_pt_times(): sets the staging file's mtime (a SETATTR of a pinned
  *     node's mtime; jnl_setattr() does it).
  */
 int jnl_pt_begin(struct jnl *j, jnl_id id, int *fd);
 void jnl_pt_end(struct jnl *j, jnl_id id);
+uint64_t jnl_pt_epoch(struct jnl *j);
 int jnl_pt_mark(struct jnl *j, jnl_id id);
 int jnl_pt_mark_all(struct jnl *j);
 void jnl_pt_attr(struct jnl *j, jnl_id id, struct jnl_node *nd);
