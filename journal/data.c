@@ -1244,7 +1244,7 @@ static void pt_unpin(struct jnl *j, jnl_id id)
 	pthread_mutex_lock(&j->lock);
 	p = pt_pin(j, id);
 	if (p && !--p->refs) {
-		j->pt_ends++; /* before the pin goes: jnl_pt_epoch() */
+		atomic_fetch_add(&j->pt_ends, 1); /* before the pin goes */
 		*p = j->pt_pins[--j->pt_npins];
 	}
 	pthread_mutex_unlock(&j->lock);
@@ -1288,14 +1288,11 @@ void jnl_pt_end(struct jnl *j, jnl_id id)
 	pt_unpin(j, id);
 }
 
+/* No lock: every stat of a node asks. The bump comes before the pin
+ * goes, under lock, so one who saw the pin gone (pt_pinned()) sees it. */
 uint64_t jnl_pt_epoch(struct jnl *j)
 {
-	uint64_t e;
-
-	pthread_mutex_lock(&j->lock);
-	e = j->pt_ends;
-	pthread_mutex_unlock(&j->lock);
-	return e;
+	return atomic_load(&j->pt_ends);
 }
 
 int jnl_pt_mark(struct jnl *j, jnl_id id)

@@ -368,7 +368,7 @@ struct jnl {
 	/* nodes whose staging file the kernel writes (jnl_pt_begin()) */
 	struct jnl_pt_pin pt_pins[JNL_PT_PINS]; /* lock */
 	unsigned int pt_npins;                 /* lock */
-	uint64_t pt_ends;                      /* lock: pins ended */
+	_Atomic uint64_t pt_ends; /* pins ended; bumped under lock */
 	uint64_t fd_tick;                /* lock */
 	struct jnl_u64set handed;        /* seqs of handed-out ops; lock */
 	uint64_t staged;                 /* staging bytes in the batch; lock */
