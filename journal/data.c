@@ -34,6 +34,7 @@
  *
  * Callers: fs/ (write, read, fill, fsync) and the flusher (claim, release).
  */
+#include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <openssl/evp.h>
@@ -1237,6 +1238,18 @@ static bool pt_pinned(struct jnl *j, jnl_id id)
 	return pinned;
 }
 
+/* A mark of @id failed: its marker stays when the pin ends. */
+static void pt_mark_failed(struct jnl *j, jnl_id id)
+{
+	struct jnl_pt_pin *p;
+
+	pthread_mutex_lock(&j->lock);
+	p = pt_pin(j, id);
+	if (p)
+		p->keep = true;
+	pthread_mutex_unlock(&j->lock);
+}
+
 static void pt_unpin(struct jnl *j, jnl_id id)
 {
 	struct jnl_pt_pin *p;
@@ -1245,9 +1258,118 @@ static void pt_unpin(struct jnl *j, jnl_id id)
 	p = pt_pin(j, id);
 	if (p && !--p->refs) {
 		atomic_fetch_add(&j->pt_ends, 1); /* before the pin goes */
+		/* its marker goes after the commit of its last marks; after
+		 * a failed mark (or without memory) it stays, and the next
+		 * open of the journal marks again (jnl_pt_recover()) */
+		if (!p->keep && jnl_u64set_add(&j->pt_ended, id))
+			LOG_WARN("journal '%s': out of memory: the marker of "
+				 "node %" PRIu64 " stays", j->dir, id);
 		*p = j->pt_pins[--j->pt_npins];
 	}
 	pthread_mutex_unlock(&j->lock);
+}
+
+static void pt_marker_name(char *name, size_t size, jnl_id id)
+{
+	snprintf(name, size, "%" PRIu64, id);
+}
+
+/*
+ * The marker pt/<id> says "the kernel may have written this staging file
+ * behind the journal's back". It is there before the kernel gets the file
+ * and goes only once the marks of the last close are committed, so a
+ * daemon killed meanwhile (the application goes on writing through the
+ * backing file) loses nothing: the next open marks the whole file.
+ */
+static int pt_marker_make(struct jnl *j, jnl_id id)
+{
+	char name[24];
+	int fd;
+
+	pt_marker_name(name, sizeof(name), id);
+	fd = jnl_sys_openat(j->ptfd, name, O_CREAT | O_WRONLY, 0600);
+	if (fd < 0) {
+		LOG_ERR("cannot create '%s/pt/%s': %s", j->dir, name,
+			strerror(-fd));
+		return fd;
+	}
+	close(fd);
+	return 0;
+}
+
+void jnl_pt_unmark(struct jnl *j, struct jnl_u64set *ended)
+{
+	char name[24];
+
+	for (size_t i = 0; i < ended->cap; i++) {
+		jnl_id id = ended->v[i];
+
+		if (!id)
+			continue;
+		/* under lock: a jnl_pt_begin() makes its marker after its
+		 * pin, so a marker seen unpinned here is not a new one's */
+		pthread_mutex_lock(&j->lock);
+		if (!pt_pin(j, id)) {
+			pt_marker_name(name, sizeof(name), id);
+			if (unlinkat(j->ptfd, name, 0) < 0 && errno != ENOENT)
+				LOG_WARN("cannot remove '%s/pt/%s': %s",
+					 j->dir, name, strerror(errno));
+		}
+		pthread_mutex_unlock(&j->lock);
+		ended->v[i] = 0;
+		ended->used--;
+	}
+}
+
+void jnl_pt_recover(struct jnl *j)
+{
+	struct dirent *de;
+	unsigned int n = 0, failed = 0;
+	DIR *d;
+	int fd;
+
+	fd = fcntl(j->ptfd, F_DUPFD_CLOEXEC, 0);
+	d = fd < 0 ? NULL : fdopendir(fd);
+	if (!d) {
+		LOG_ERR("cannot read '%s/pt': %s", j->dir, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	while ((de = readdir(d))) {
+		char *end;
+		unsigned long long v;
+		jnl_id id;
+
+		if (de->d_name[0] == '.')
+			continue;
+		errno = 0;
+		v = strtoull(de->d_name, &end, 10);
+		if (errno || *end || !v) {
+			LOG_WARN("'%s/pt/%s': not a node's marker; left alone",
+				 j->dir, de->d_name);
+			continue;
+		}
+		id = (jnl_id)v;
+		pthread_mutex_lock(&j->lock);
+		if (j->pt_npins < JNL_PT_PINS && !pt_pin(j, id))
+			j->pt_pins[j->pt_npins++] =
+				(struct jnl_pt_pin){ .id = id, .refs = 1 };
+		else
+			id = 0;
+		pthread_mutex_unlock(&j->lock);
+		if (!id)
+			break; /* the rest at the next open */
+		if (jnl_pt_mark(j, id))
+			failed++;
+		pt_unpin(j, id);
+		n++;
+	}
+	closedir(d);
+	if (n)
+		LOG_INFO("journal '%s': %u file(s) written past the daemon's "
+			 "stop marked again%s", j->dir, n,
+			 failed ? "; some could not be, see above" : "");
 }
 
 int jnl_pt_begin(struct jnl *j, jnl_id id, int *fd)
@@ -1265,7 +1387,7 @@ int jnl_pt_begin(struct jnl *j, jnl_id id, int *fd)
 	if (p)
 		p->refs++;
 	else if (j->pt_npins < JNL_PT_PINS)
-		j->pt_pins[j->pt_npins++] = (struct jnl_pt_pin){ id, 1 };
+		j->pt_pins[j->pt_npins++] = (struct jnl_pt_pin){ .id = id, .refs = 1 };
 	else
 		rc = -EBUSY;
 	pthread_mutex_unlock(&j->lock);
@@ -1275,6 +1397,11 @@ int jnl_pt_begin(struct jnl *j, jnl_id id, int *fd)
 			*fd = fcntl(sfd, F_DUPFD_CLOEXEC, 0);
 			rc = *fd < 0 ? -errno : 0;
 			jnl_fd_put(j, id, sfd);
+		}
+		if (!rc) {
+			rc = pt_marker_make(j, id);
+			if (rc)
+				close(*fd);
 		}
 		if (rc)
 			pt_unpin(j, id);
@@ -1321,9 +1448,11 @@ int jnl_pt_mark(struct jnl *j, jnl_id id)
 		if (rc != -EAGAIN)
 			break;
 	}
-	if (rc && rc != -ENOENT)
+	if (rc && rc != -ENOENT) {
+		pt_mark_failed(j, id);
 		LOG_ERR("cannot mark the staging file of node %" PRIu64
 			" in '%s': %s", id, j->dir, strerror(-rc));
+	}
 	return rc;
 }
 

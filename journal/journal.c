@@ -805,6 +805,7 @@ static int sync_staging(struct jnl *j, struct jnl_ptab *t, bool waited)
 static int commit_pending(struct jnl *j, bool locked, jnl_id only, bool waited)
 {
 	struct jnl_ptab tmp;
+	struct jnl_u64set ended = { 0 };
 	struct jnl_gc due = { 0 };
 	struct jnl_wtx w;
 	uint64_t reserved = 0;
@@ -820,6 +821,9 @@ static int commit_pending(struct jnl *j, bool locked, jnl_id only, bool waited)
 		tmp = j->committing;
 		j->committing = j->pend;
 		j->pend = tmp;
+		/* their last marks are in what this commits */
+		ended = j->pt_ended;
+		memset(&j->pt_ended, 0, sizeof(j->pt_ended));
 	}
 	any = j->committing.used > 0;
 	pthread_mutex_unlock(&j->lock);
@@ -872,7 +876,13 @@ static int commit_pending(struct jnl *j, bool locked, jnl_id only, bool waited)
 	}
 	gc_free(&due);
 
+	if (!rc && !marks_rc)
+		jnl_pt_unmark(j, &ended);
 	pthread_mutex_lock(&j->lock);
+	for (size_t i = 0; i < ended.cap; i++) /* not committed: next time */
+		if (ended.v[i] && jnl_u64set_add(&j->pt_ended, ended.v[i]))
+			break; /* the marker stays: the next open marks again */
+	jnl_u64set_free(&ended);
 	if (marks_rc && any) /* not applied: keep them for the next try */
 		ptab_merge(&j->pend, &j->committing);
 	/* else their reservations went with the records (w.unreserve) */
@@ -1040,6 +1050,17 @@ static int open_dirs(struct jnl *j, unsigned int flags, bool *creating)
 	if (j->datafd < 0) {
 		rc = j->datafd;
 		set_errmsg("cannot open '%s/data': %s", j->dir, strerror(-rc));
+		return rc;
+	}
+	if (mkdirat(j->dirfd, "pt", 0700) < 0 && errno != EEXIST) {
+		rc = -errno;
+		set_errmsg("cannot create '%s/pt': %s", j->dir, strerror(-rc));
+		return rc;
+	}
+	j->ptfd = jnl_sys_openat(j->dirfd, "pt", O_RDONLY | O_DIRECTORY, 0);
+	if (j->ptfd < 0) {
+		rc = j->ptfd;
+		set_errmsg("cannot open '%s/pt': %s", j->dir, strerror(-rc));
 		return rc;
 	}
 	return 0;
@@ -1346,6 +1367,9 @@ static void jnl_free(struct jnl *j)
 		mdb_env_close(j->env);
 	if (j->datafd >= 0)
 		close(j->datafd);
+	if (j->ptfd >= 0)
+		close(j->ptfd);
+	jnl_u64set_free(&j->pt_ended);
 	if (j->dirfd >= 0)
 		close(j->dirfd); /* drops the flock */
 	jnl_ptab_free(&j->pend);
@@ -1398,7 +1422,7 @@ int jnl_open(const char *dir, const struct jnl_config *cfg, unsigned int flags,
 		set_errmsg("out of memory");
 		return -ENOMEM;
 	}
-	j->dirfd = j->datafd = -1;
+	j->dirfd = j->datafd = j->ptfd = -1;
 	j->max_bytes = cfg->max_bytes;
 	j->disk_room = !jnl_test_no_disk_room;
 	j->disk_avail = UINT64_MAX;
@@ -1437,6 +1461,7 @@ int jnl_open(const char *dir, const struct jnl_config *cfg, unsigned int flags,
 	if (j->resent_bytes)
 		LOG_INFO("journal '%s': %" PRIu64 " bytes in flight at the "
 			 "last stop are dirty again", dir, j->resent_bytes);
+	jnl_pt_recover(j);
 	*out = j;
 	return 0;
 }

@@ -266,6 +266,7 @@ typedef void (*jnl_notify_fn)(void *arg);
 struct jnl_pt_pin {
 	jnl_id id;
 	unsigned int refs; /* jnl_pt_begin() calls not ended */
+	bool keep;         /* a mark failed: the marker stays */
 };
 
 struct jnl_fdslot {
@@ -300,6 +301,8 @@ struct jnl {
 	char *dir;
 	int dirfd;  /* the journal directory; holds the flock */
 	int datafd; /* dir/data */
+	int ptfd;   /* dir/pt: a file per node the kernel may have written
+		       behind the journal's back (jnl_pt_begin()) */
 	MDB_env *env;
 	MDB_dbi db_meta, db_nodes, db_dentries, db_chunks, db_dirtyq,
 		db_inflight, db_ops, db_imports, db_folds;
@@ -368,6 +371,9 @@ struct jnl {
 	/* nodes whose staging file the kernel writes (jnl_pt_begin()) */
 	struct jnl_pt_pin pt_pins[JNL_PT_PINS]; /* lock */
 	unsigned int pt_npins;                 /* lock */
+	/* pins ended whose marker (pt/<id>) goes once their marks are
+	 * committed (commit_pending()); lock */
+	struct jnl_u64set pt_ended;
 	_Atomic uint64_t pt_ends; /* pins ended; bumped under lock */
 	uint64_t fd_tick;                /* lock */
 	struct jnl_u64set handed;        /* seqs of handed-out ops; lock */
@@ -469,6 +475,12 @@ int jnl_batch_commit(struct jnl *j);
  * LMDB's meta page, then give back the staging of durable clean-ups. Takes
  * commit_lock unless @locked. */
 int jnl_commit_pending(struct jnl *j, bool locked, jnl_id only);
+/* After a commit of every pending mark: the markers of the pins in @ended
+ * that did not begin again go (data.c). */
+void jnl_pt_unmark(struct jnl *j, struct jnl_u64set *ended);
+/* At open: marks what the kernel wrote into the staging files named in
+ * pt/ (a daemon stopped while they were passed through). */
+void jnl_pt_recover(struct jnl *j);
 
 /* Staging room: wake writers waiting for it (lock held). */
 void jnl_room_signal(struct jnl *j);
