@@ -35,8 +35,8 @@
  *
  * The costs, measured or by design (README): the flush of such a file
  * starts when it is closed (or fsynced), not while it is written; an
- * fsync marks the whole file again, so its unchanged chunks are sent
- * again; and the journal's size bound (journal_max) does not hold back
+ * fsync or close reads and hashes the chunks already on the share (only
+ * those the kernel changed are sent again); and the journal's size bound (journal_max) does not hold back
  * such a write: a file bigger than the journal disk's free space fails
  * with ENOSPC, where a FUSE write would wait for the flusher to make
  * room. Hence off by default.

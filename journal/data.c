@@ -1264,6 +1264,11 @@ static void pt_unpin(struct jnl *j, jnl_id id)
 		if (!p->keep && jnl_u64set_add(&j->pt_ended, id))
 			LOG_WARN("journal '%s': out of memory: the marker of "
 				 "node %" PRIu64 " stays", j->dir, id);
+		if (jnl_u64set_has(&j->pt_unclean, id)) {
+			jnl_u64set_del(&j->pt_unclean, id);
+			if (!jnl_u64set_add(&j->clean_due, id))
+				pthread_cond_signal(&j->cond);
+		}
 		*p = j->pt_pins[--j->pt_npins];
 	}
 	pthread_mutex_unlock(&j->lock);
@@ -1422,29 +1427,145 @@ uint64_t jnl_pt_epoch(struct jnl *j)
 	return atomic_load(&j->pt_ends);
 }
 
-int jnl_pt_mark(struct jnl *j, jnl_id id)
+/*
+ * Which chunks of a staging file of @size bytes must a mark take? Every
+ * one but those FLUSHED (with no mark pending) whose bytes in the staging
+ * file have the SHA-256 the remote has (so that an fsync or a close does
+ * not send again what the kernel did not change since); the last one
+ * also when the node's size or mtime differ from the staging file's
+ * (they go with its mark). need[] has a flag per chunk.
+ */
+#define PT_BATCH 64
+static int pt_need(struct jnl *j, jnl_id id, int fd, const struct stat *st,
+		   bool *need, uint64_t count)
+{
+	uint64_t size = (uint64_t)st->st_size;
+	struct jnl_chunk_rec c[PT_BATCH];
+	bool have[PT_BATCH], same = false;
+	unsigned char sha[32];
+	unsigned char *buf = NULL;
+	struct jnl_nrec *nr;
+	struct jnl_pnode pn;
+	MDB_txn *txn;
+	int rc = 0;
+
+	nr = malloc(sizeof(*nr));
+	if (!nr)
+		return -ENOMEM;
+	for (uint64_t k0 = 0; k0 < count && !rc; k0 += PT_BATCH) {
+		uint64_t n = count - k0 < PT_BATCH ? count - k0 : PT_BATCH;
+
+		rc = jnl_rtx_begin(j, &txn);
+		if (rc)
+			break;
+		if (k0 + n == count && !jnl_node_read(j, txn, id, nr)) {
+			jnl_pend_node_get(j, id, &pn);
+			jnl_pnode_merge(&pn, &nr->r);
+			same = nr->r.size == size &&
+			       nr->r.mtime_sec == st->st_mtim.tv_sec &&
+			       nr->r.mtime_nsec == (uint32_t)st->st_mtim.tv_nsec;
+		}
+		for (uint64_t i = 0; i < n && !rc; i++) {
+			rc = jnl_chunk_get(j, txn, id, k0 + i, &c[i]);
+			have[i] = !rc;
+			if (rc == -ENOENT)
+				rc = 0;
+		}
+		jnl_rtx_end(j);
+		for (uint64_t i = 0; i < n && !rc; i++) {
+			uint64_t k = k0 + i, start = k << j->chunk_shift;
+			uint64_t want = size - start < j->chunk_size ?
+						size - start : j->chunk_size;
+			struct jnl_pent e;
+			ssize_t r;
+
+			need[k] = true;
+			if ((k == count - 1 && !same) || !have[i] ||
+			    c[i].state != JNL_CHUNK_FLUSHED ||
+			    c[i].length != want)
+				continue;
+			pthread_mutex_lock(&j->lock);
+			pend_find(j, id, k, &e);
+			pthread_mutex_unlock(&j->lock);
+			if (pent_held(&e))
+				continue;
+			if (!buf && !(buf = malloc(j->chunk_size))) {
+				rc = -ENOMEM;
+				break;
+			}
+			r = sys_pread_all(fd, buf, want, (off_t)start);
+			if (r < 0) {
+				rc = (int)r;
+				break;
+			}
+			if ((uint64_t)r == want &&
+			    EVP_Digest(buf, want, sha, NULL, EVP_sha256(),
+				       NULL) &&
+			    !memcmp(sha, c[i].sha256, sizeof(sha)))
+				need[k] = false;
+		}
+	}
+	free(buf);
+	free(nr);
+	return rc;
+}
+
+/* One try of jnl_pt_mark(): -EAGAIN if the file shrank meanwhile. */
+static int pt_mark_once(struct jnl *j, jnl_id id)
 {
 	struct stat st;
-	ssize_t w = 0;
+	uint64_t size, count, k = 0;
+	bool *need;
 	int fd, rc;
+
+	rc = jnl_fd_get(j, id, false, &fd);
+	if (rc)
+		return rc == -ENOENT ? 1 : rc; /* 1: nothing written */
+	rc = fstat(fd, &st) < 0 ? -errno : 0;
+	size = rc ? 0 : (uint64_t)st.st_size;
+	if (rc || !size) {
+		jnl_fd_put(j, id, fd);
+		return rc;
+	}
+	count = ((size - 1) >> j->chunk_shift) + 1;
+	need = calloc(count, sizeof(*need));
+	rc = need ? pt_need(j, id, fd, &st, need, count) : -ENOMEM;
+	jnl_fd_put(j, id, fd);
+	/* each run of chunks to mark as one mark */
+	while (!rc && k < count) {
+		uint64_t a, off, end;
+		ssize_t w;
+
+		while (k < count && !need[k])
+			k++;
+		if (k == count)
+			break;
+		for (a = k; k < count && need[k]; k++)
+			;
+		off = a << j->chunk_shift;
+		end = k << j->chunk_shift;
+		if (end > size)
+			end = size;
+		w = write_marks(j, id, NULL, (size_t)(end - off), (off_t)off,
+				&st.st_mtim);
+		rc = w < 0 ? (int)w : 0;
+	}
+	free(need);
+	return rc;
+}
+
+int jnl_pt_mark(struct jnl *j, jnl_id id)
+{
+	int rc = 0;
 
 	if (!pt_pinned(j, id))
 		return 0; /* the journal saw every write of it */
 	/* write_marks() looks at the size again under rw (a truncation
 	 * takes it exclusive): -EAGAIN if it changed meanwhile */
 	for (int tries = 0; tries < 100; tries++) {
-		rc = jnl_fd_get(j, id, false, &fd);
-		if (rc == -ENOENT)
+		rc = pt_mark_once(j, id);
+		if (rc == 1)
 			return 0; /* no staging file: nothing written */
-		if (rc)
-			break;
-		rc = fstat(fd, &st) < 0 ? -errno : 0;
-		jnl_fd_put(j, id, fd);
-		if (rc || st.st_size == 0)
-			break;
-		w = write_marks(j, id, NULL, (size_t)st.st_size, 0,
-				&st.st_mtim);
-		rc = w < 0 ? (int)w : 0;
 		if (rc != -EAGAIN)
 			break;
 	}
@@ -2027,6 +2148,20 @@ int jnl_node_clean(struct jnl *j, jnl_id id)
 	rc = jnl_node_read(j, w.txn, id, n);
 	if (!rc)
 		rc = clean_ok(n);
+	if (!rc) {
+		/* the kernel writes it (passthrough): its chunk records stay
+		 * for jnl_pt_mark() to compare with; cleaned after the pin
+		 * (pt_unpin(), the committer) */
+		pthread_mutex_lock(&j->lock);
+		if (j->pt_npins && pt_pin(j, id)) {
+			rc = -EBUSY;
+			if (jnl_u64set_add(&j->pt_unclean, id))
+				rc = 1; /* no memory: clean it after all */
+		}
+		pthread_mutex_unlock(&j->lock);
+		if (rc == 1)
+			rc = 0;
+	}
 	if (!rc)
 		rc = chunks_of(&w, id, 0, &idx, &recs, &count);
 	for (size_t i = 0; i < count && !rc; i++)

@@ -907,6 +907,25 @@ static void *committer(void *arg)
 	while (!j->stop) {
 		struct timespec until;
 
+		if (j->clean_due.used) {
+			/* passthrough pins ended whose clean was put off */
+			struct jnl_u64set due = j->clean_due;
+
+			memset(&j->clean_due, 0, sizeof(j->clean_due));
+			pthread_mutex_unlock(&j->lock);
+			for (size_t i = 0; i < due.cap; i++) {
+				int rc = due.v[i] ? jnl_node_clean(j, due.v[i])
+						  : 0;
+
+				if (rc && rc != -EBUSY && rc != -ENOENT)
+					LOG_WARN("cannot clean node %" PRIu64
+						 " of the journal: %s",
+						 due.v[i], strerror(-rc));
+			}
+			jnl_u64set_free(&due);
+			pthread_mutex_lock(&j->lock);
+			continue;
+		}
 		if (!j->pend.used && !j->dirty && !j->unsynced) {
 			pthread_cond_wait(&j->cond, &j->lock);
 			continue;
@@ -1370,6 +1389,8 @@ static void jnl_free(struct jnl *j)
 	if (j->ptfd >= 0)
 		close(j->ptfd);
 	jnl_u64set_free(&j->pt_ended);
+	jnl_u64set_free(&j->pt_unclean);
+	jnl_u64set_free(&j->clean_due);
 	if (j->dirfd >= 0)
 		close(j->dirfd); /* drops the flock */
 	jnl_ptab_free(&j->pend);

@@ -415,9 +415,13 @@ int jnl_fsync_node(struct jnl *j, jnl_id id);
  *     Errors: -EBUSY (JNL_PT_PINS pinned), as jnl_write().
  *   jnl_pt_mark(): marks the staging file's bytes [0, its size) DIRTY,
  *     as a jnl_write() of them would, with its mtime; their room is taken
- *     over the bounds (the bytes are on the disk already). Unchanged
- *     chunks are marked too: they are sent again. jnl_pt_mark_all(): the
- *     same for every pinned node (ferryfs flush).
+ *     over the bounds (the bytes are on the disk already). A chunk the
+ *     remote has (FLUSHED) with the SHA-256 of its bytes in the staging
+ *     file is left as it is, so only what the kernel changed is sent
+ *     again (this reads and hashes those chunks); while pinned a node
+ *     keeps its chunk records for that (jnl_node_clean() waits for the
+ *     pin to end). jnl_pt_mark_all(): the same for every pinned node
+ *     (ferryfs flush).
  *   jnl_pt_attr(): a pinned node's size and mtime (what the kernel
  *     wrote) into @nd, from its staging file; nothing for another node.
  *     For what the mount shows: the flusher's jnl_node_get() keeps what

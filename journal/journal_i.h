@@ -374,6 +374,10 @@ struct jnl {
 	/* pins ended whose marker (pt/<id>) goes once their marks are
 	 * committed (commit_pending()); lock */
 	struct jnl_u64set pt_ended;
+	/* pinned nodes jnl_node_clean() left alone (their chunk records
+	 * are what jnl_pt_mark() compares with), and those of them whose
+	 * pin ended since: the committer cleans them; lock */
+	struct jnl_u64set pt_unclean, clean_due;
 	_Atomic uint64_t pt_ends; /* pins ended; bumped under lock */
 	uint64_t fd_tick;                /* lock */
 	struct jnl_u64set handed;        /* seqs of handed-out ops; lock */
