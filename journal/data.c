@@ -722,7 +722,7 @@ int jnl_fd_get(struct jnl *j, jnl_id id, bool create, int *fd)
 	pthread_mutex_lock(&j->lock);
 	for (int i = 0; i < JNL_FD_SLOTS; i++) {
 		s = &j->fds[i];
-		if (s->id == id) {
+		if (s->id == id && !s->gone) {
 			s->refs++;
 			s->tick = ++j->fd_tick;
 			*fd = s->fd;
@@ -741,7 +741,7 @@ int jnl_fd_get(struct jnl *j, jnl_id id, bool create, int *fd)
 	pthread_mutex_lock(&j->lock);
 	for (int i = 0; i < JNL_FD_SLOTS; i++) {
 		s = &j->fds[i];
-		if (s->id == id) { /* another thread was faster */
+		if (s->id == id && !s->gone) { /* another thread was faster */
 			s->refs++;
 			s->tick = ++j->fd_tick;
 			*fd = s->fd;
@@ -775,8 +775,15 @@ void jnl_fd_put(struct jnl *j, jnl_id id, int fd)
 		struct jnl_fdslot *s = &j->fds[i];
 
 		if (s->id == id && s->fd == fd) {
-			s->refs--;
+			bool last = !--s->refs && s->gone;
+
+			if (last) {
+				s->id = 0;
+				s->gone = false;
+			}
 			pthread_mutex_unlock(&j->lock);
+			if (last)
+				close(fd);
 			return;
 		}
 	}
@@ -1599,11 +1606,13 @@ void jnl_pt_grow_all(struct jnl *j)
 	uint64_t from[JNL_PT_PINS];
 	unsigned int n;
 
+	/* a ref on each pin: none ends (and its node is cleaned) meanwhile */
 	pthread_mutex_lock(&j->lock);
 	n = j->pt_npins;
 	for (unsigned int i = 0; i < n; i++) {
 		ids[i] = j->pt_pins[i].id;
 		from[i] = j->pt_pins[i].grown;
+		j->pt_pins[i].refs++;
 	}
 	pthread_mutex_unlock(&j->lock);
 	for (unsigned int i = 0; i < n; i++) {
@@ -1613,8 +1622,10 @@ void jnl_pt_grow_all(struct jnl *j)
 		ssize_t w = 0;
 		int fd;
 
-		if (jnl_fd_get(j, ids[i], false, &fd))
+		if (jnl_fd_get(j, ids[i], false, &fd)) {
+			pt_unpin(j, ids[i]);
 			continue;
+		}
 		if (fstat(fd, &st) < 0)
 			st.st_size = 0;
 		jnl_fd_put(j, ids[i], fd);
@@ -1623,13 +1634,14 @@ void jnl_pt_grow_all(struct jnl *j)
 			w = write_marks(j, ids[i], NULL, upto - from[i],
 					(off_t)from[i], &st.st_mtim);
 		/* an error leaves it to the next mark (fsync, close) */
-		if (w < 0 || upto == from[i])
-			continue;
-		pthread_mutex_lock(&j->lock);
-		p = pt_pin(j, ids[i]);
-		if (p)
-			p->grown = upto; /* smaller after a truncation */
-		pthread_mutex_unlock(&j->lock);
+		if (w >= 0 && upto != from[i]) {
+			pthread_mutex_lock(&j->lock);
+			p = pt_pin(j, ids[i]);
+			if (p)
+				p->grown = upto; /* smaller after a truncation */
+			pthread_mutex_unlock(&j->lock);
+		}
+		pt_unpin(j, ids[i]);
 	}
 }
 
@@ -1639,15 +1651,19 @@ int jnl_pt_mark_all(struct jnl *j)
 	unsigned int n;
 	int rc = 0, r;
 
+	/* a ref on each pin, as jnl_pt_grow_all() */
 	pthread_mutex_lock(&j->lock);
 	n = j->pt_npins;
-	for (unsigned int i = 0; i < n; i++)
+	for (unsigned int i = 0; i < n; i++) {
 		ids[i] = j->pt_pins[i].id;
+		j->pt_pins[i].refs++;
+	}
 	pthread_mutex_unlock(&j->lock);
 	for (unsigned int i = 0; i < n; i++) {
 		r = jnl_pt_mark(j, ids[i]);
 		if (r && r != -ENOENT && !rc)
 			rc = r;
+		pt_unpin(j, ids[i]);
 	}
 	return rc;
 }
@@ -2142,7 +2158,9 @@ static int has_chunks(struct jnl *j, MDB_txn *txn, jnl_id id)
 }
 
 /* Close the cached staging fd of @id and remove data/<id>. commit_lock and
- * rw exclusive held: nobody uses the fd (every user holds one of them). */
+ * rw exclusive held: nobody writes the file; the passthrough look-ups
+ * (jnl_pt_attr(), jnl_pt_times(), pt_mark_once()) hold neither and may
+ * still use its fd, which then goes with their jnl_fd_put(). */
 static void staging_remove(struct jnl *j, jnl_id id)
 {
 	char name[24];
@@ -2152,11 +2170,12 @@ static void staging_remove(struct jnl *j, jnl_id id)
 	for (int i = 0; i < JNL_FD_SLOTS; i++) {
 		struct jnl_fdslot *s = &j->fds[i];
 
-		if (s->id != id)
+		if (s->id != id || s->gone)
 			continue;
-		if (s->refs)
-			BUG("staging fd of node %" PRIu64 " in use while "
-			    "cleaning it", id);
+		if (s->refs) {
+			s->gone = true;
+			continue;
+		}
 		fd = s->fd;
 		s->id = 0;
 	}

@@ -275,6 +275,8 @@ struct jnl_fdslot {
 	int fd;
 	unsigned refs; /* callers using fd now */
 	uint64_t tick; /* last use, for eviction */
+	bool gone;     /* its file was removed while in use: the last
+			* jnl_fd_put() closes it; jnl_fd_get() skips it */
 };
 
 /* Staging bytes to give back once the change that released them is

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -1853,6 +1854,45 @@ static void test_journal__passthrough_marks_what_the_kernel_wrote(void **state)
 	free(buf);
 }
 
+/* A node cleaned while a passthrough look-up (jnl_pt_attr(), a mark) still
+ * holds its staging fd: the file goes, the fd stays good until its last
+ * jnl_fd_put() (this aborted: "staging fd ... in use while cleaning it"). */
+static void test_journal__staging_fd_in_use_outlives_its_file(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_chunk_ref c[4];
+	struct jnl_op ops[8];
+	struct stat st;
+	char path[PATH_MAX];
+	jnl_id f;
+	int fd, n;
+
+	f = flushable_file(fx, "f", 2);
+	snprintf(path, sizeof(path), "%s/data/%" PRIu64, fx->dir, f);
+	assert_int_equal(jnl_chunk_claim(fx->j, c, 4), 2);
+	for (int k = 0; k < 2; k++)
+		assert_rc_ok(jnl_chunk_release(fx->j, &c[k], true, sha));
+	assert_rc_ok(jnl_sync(fx->j));
+	n = jnl_ops_ready(fx->j, ops, 8);
+	assert_int_equal(n, 1);
+	assert_int_equal(ops[0].type, JNL_OP_FINISH);
+	assert_rc_ok(jnl_op_ack(fx->j, ops[0].seq));
+	assert_rc_ok(jnl_fd_get(fx->j, f, false, &fd));
+	assert_rc_ok(jnl_node_clean(fx->j, f));
+	assert_rc_ok(jnl_sync(fx->j)); /* the clean-up runs: data/<id> goes */
+	assert_int_equal(stat(path, &st), -1);
+	assert_int_equal(errno, ENOENT);
+	assert_int_equal(fstat(fd, &st), 0);
+	assert_int_equal(st.st_size, 2 * CS);
+	assert_int_equal(st.st_nlink, 0);
+	assert_rc_err(jnl_fd_get(fx->j, f, false, &n), ENOENT);
+	jnl_fd_put(fx->j, f, fd);
+	assert_int_equal(fcntl(fd, F_GETFD), -1); /* closed by the last put */
+	for (int i = 0; i < JNL_FD_SLOTS; i++)
+		assert_false(fx->j->fds[i].id == f);
+	jnl_assert_sane(fx->j);
+}
+
 /* --- op log ---------------------------------------------------------------------- */
 
 static void test_journal__ops_wait_for_their_directory(void **state)
@@ -2871,6 +2911,7 @@ int main(void)
 		T(test_journal__writes_share_one_commit),
 		T(test_journal__commit_syncs_many_staging_files),
 		T(test_journal__passthrough_marks_what_the_kernel_wrote),
+		T(test_journal__staging_fd_in_use_outlives_its_file),
 		T(test_journal__ops_wait_for_their_directory),
 		T(test_journal__ops_after_dir_rename_wait),
 		T(test_journal__ops_exchange),
