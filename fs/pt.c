@@ -29,14 +29,14 @@
  * (jnl_pt_begin(): the flusher gives none of it back); GETATTR takes its
  * size and mtime from it (node_to_stat()); the bytes are marked DIRTY
  * (jnl_pt_mark()) at fsync, at `ferryfs flush`, at unmount, and when the
- * last passing handle is released, and the whole chunks it grew by every
- * 100 ms (jnl_pt_grow_all()); then the flusher sends them as any.
+ * last passing handle is released; then the flusher sends them as any.
  * A daemon killed meanwhile loses none of it: the journal's marker of the
  * pin (pt/<id>) makes its next open mark the whole staging file, what the
  * application wrote after the kill included.
  *
- * The costs, measured or by design (README): a change that is not growth
- * is sent only after the next fsync or close; an fsync or close reads and hashes the chunks already on the share (only
+ * The costs, measured or by design (README): the flush of such a file
+ * starts when it is closed (or fsynced), not while it is written; an
+ * fsync or close reads and hashes the chunks already on the share (only
  * those the kernel changed are sent again); and the journal's size bound
  * (journal_max) does not hold back such a write: a file bigger than the
  * journal disk's free space fails with ENOSPC, where a FUSE write would

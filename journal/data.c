@@ -1402,7 +1402,6 @@ int jnl_pt_begin(struct jnl *j, jnl_id id, int *fd)
 		j->pt_pins[j->pt_npins++] = (struct jnl_pt_pin){ .id = id, .refs = 1 };
 	else
 		rc = -EBUSY;
-	pthread_cond_signal(&j->cond); /* the committer: jnl_pt_grow_all() */
 	pthread_mutex_unlock(&j->lock);
 	if (!rc) {
 		rc = jnl_fd_get(j, id, true, &sfd);
@@ -1559,15 +1558,6 @@ static int pt_mark_once(struct jnl *j, jnl_id id)
 		rc = w < 0 ? (int)w : 0;
 	}
 	free(need);
-	if (!rc) { /* growth marks go on from here (jnl_pt_grow_all()) */
-		struct jnl_pt_pin *p;
-
-		pthread_mutex_lock(&j->lock);
-		p = pt_pin(j, id);
-		if (p)
-			p->grown = size & ~((uint64_t)j->chunk_size - 1);
-		pthread_mutex_unlock(&j->lock);
-	}
 	return rc;
 }
 
@@ -1594,64 +1584,13 @@ int jnl_pt_mark(struct jnl *j, jnl_id id)
 	return rc;
 }
 
-/*
- * Growth marks: only whole chunks past the last one, which a file written
- * from start to end (cp) has written; any other change is found by the
- * mark of the next fsync or close (jnl_pt_mark() compares every chunk), so
- * a growth mark may come early but never leaves a byte unmarked.
- */
-void jnl_pt_grow_all(struct jnl *j)
-{
-	jnl_id ids[JNL_PT_PINS];
-	uint64_t from[JNL_PT_PINS];
-	unsigned int n;
-
-	/* a ref on each pin: none ends (and its node is cleaned) meanwhile */
-	pthread_mutex_lock(&j->lock);
-	n = j->pt_npins;
-	for (unsigned int i = 0; i < n; i++) {
-		ids[i] = j->pt_pins[i].id;
-		from[i] = j->pt_pins[i].grown;
-		j->pt_pins[i].refs++;
-	}
-	pthread_mutex_unlock(&j->lock);
-	for (unsigned int i = 0; i < n; i++) {
-		struct jnl_pt_pin *p;
-		struct stat st;
-		uint64_t upto;
-		ssize_t w = 0;
-		int fd;
-
-		if (jnl_fd_get(j, ids[i], false, &fd)) {
-			pt_unpin(j, ids[i]);
-			continue;
-		}
-		if (fstat(fd, &st) < 0)
-			st.st_size = 0;
-		jnl_fd_put(j, ids[i], fd);
-		upto = (uint64_t)st.st_size & ~((uint64_t)j->chunk_size - 1);
-		if (upto > from[i])
-			w = write_marks(j, ids[i], NULL, upto - from[i],
-					(off_t)from[i], &st.st_mtim);
-		/* an error leaves it to the next mark (fsync, close) */
-		if (w >= 0 && upto != from[i]) {
-			pthread_mutex_lock(&j->lock);
-			p = pt_pin(j, ids[i]);
-			if (p)
-				p->grown = upto; /* smaller after a truncation */
-			pthread_mutex_unlock(&j->lock);
-		}
-		pt_unpin(j, ids[i]);
-	}
-}
-
 int jnl_pt_mark_all(struct jnl *j)
 {
 	jnl_id ids[JNL_PT_PINS];
 	unsigned int n;
 	int rc = 0, r;
 
-	/* a ref on each pin, as jnl_pt_grow_all() */
+	/* a ref on each pin: none ends (and its node is cleaned) under a mark */
 	pthread_mutex_lock(&j->lock);
 	n = j->pt_npins;
 	for (unsigned int i = 0; i < n; i++) {

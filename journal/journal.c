@@ -902,7 +902,6 @@ int jnl_commit_pending(struct jnl *j, bool locked, jnl_id only)
 static void *committer(void *arg)
 {
 	struct jnl *j = arg;
-	int64_t grow_next = 0;
 
 	pthread_mutex_lock(&j->lock);
 	while (!j->stop) {
@@ -927,24 +926,8 @@ static void *committer(void *arg)
 			pthread_mutex_lock(&j->lock);
 			continue;
 		}
-		if (j->pt_npins && jnl_mono_ns() >= grow_next) {
-			grow_next = jnl_mono_ns() +
-				    (int64_t)JNL_PT_GROW_MS * 1000000;
-			pthread_mutex_unlock(&j->lock);
-			jnl_pt_grow_all(j);
-			pthread_mutex_lock(&j->lock);
-		}
 		if (!j->pend.used && !j->dirty && !j->unsynced) {
-			if (!j->pt_npins) {
-				pthread_cond_wait(&j->cond, &j->lock);
-				continue;
-			}
-			/* files passed through: look at them again then */
-			clock_gettime(CLOCK_MONOTONIC, &until);
-			until.tv_nsec += (long)JNL_PT_GROW_MS * 1000000L;
-			until.tv_sec += until.tv_nsec / 1000000000L;
-			until.tv_nsec %= 1000000000L;
-			pthread_cond_timedwait(&j->cond, &j->lock, &until);
+			pthread_cond_wait(&j->cond, &j->lock);
 			continue;
 		}
 		clock_gettime(CLOCK_MONOTONIC, &until);

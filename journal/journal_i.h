@@ -265,9 +265,8 @@ typedef void (*jnl_notify_fn)(void *arg);
 
 struct jnl_pt_pin {
 	jnl_id id;
-	unsigned int refs; /* jnl_pt_begin() calls not ended */
+	unsigned int refs; /* jnl_pt_begin() calls not ended, jnl_pt_mark_all() */
 	bool keep;         /* a mark failed: the marker stays */
-	uint64_t grown;    /* marked up to here by jnl_pt_grow_all() */
 };
 
 struct jnl_fdslot {
@@ -488,11 +487,6 @@ void jnl_pt_unmark(struct jnl *j, struct jnl_u64set *ended);
 /* At open: marks what the kernel wrote into the staging files named in
  * pt/ (a daemon stopped while they were passed through). */
 void jnl_pt_recover(struct jnl *j);
-/* The committer, every JNL_PT_GROW_MS while files are passed through:
- * marks the whole chunks a pinned staging file grew by since, so that
- * their flush starts while the file is written, not at its close. */
-#define JNL_PT_GROW_MS 100
-void jnl_pt_grow_all(struct jnl *j);
 
 /* Staging room: wake writers waiting for it (lock held). */
 void jnl_room_signal(struct jnl *j);

@@ -12,8 +12,6 @@ the whole file again and sent it all.
 One file of 16 MiB written through one descriptor: write, fsync, flush;
 rewrite 1 MiB at 4 MiB, fsync, flush; fsync again with nothing changed,
 flush; close, flush (and the journal lets the file go: state clean).
-Then a file written and left open: its whole chunks reach the share
-before the close.
 After each step the bytes sent to the share
 (remote_bytes_written of `ferryfs status --json`) may grow by at most
 the chunks changed plus the last one; then the share holds the file
@@ -98,28 +96,6 @@ def main():
           "the share holds the file, by SHA-256")
     with open(p, "rb") as f:
         check(f.read() == data, "and the mount reads it back")
-
-    # the flush of a file being written starts before its close: the
-    # whole chunks it grew by go out while it is still open
-    slow = os.urandom(4 * MIB + 100)
-    q = f"{MNT}/slow"
-    fd = os.open(q, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.write(fd, slow)
-    have = 0
-    for _ in range(100):
-        try:
-            have = os.stat(f"{REMOTE}/slow").st_size
-        except FileNotFoundError:
-            have = 0
-        if have >= 4 * MIB:
-            break
-        time.sleep(0.05)
-    check(have >= 4 * MIB,
-          f"4 MiB written, not closed: {have} bytes on the share within 5 s")
-    os.close(fd)
-    sent()
-    with open(f"{REMOTE}/slow", "rb") as f:
-        check(f.read() == slow, "and all of it after the close")
     return 1 if fails else 0
 
 
