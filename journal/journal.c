@@ -1000,6 +1000,22 @@ static int dir_is_empty(int dirfd)
 	return rc;
 }
 
+/* The journal's subdirectory @name (data/, pt/), made if missing. */
+static int open_subdir(struct jnl *j, const char *name, int *fd)
+{
+	int rc = 0;
+
+	if (mkdirat(j->dirfd, name, 0700) < 0 && errno != EEXIST)
+		rc = -errno;
+	else if ((*fd = jnl_sys_openat(j->dirfd, name,
+				      O_RDONLY | O_DIRECTORY, 0)) < 0)
+		rc = *fd;
+	if (rc)
+		set_errmsg("cannot open '%s/%s': %s", j->dir, name,
+			   strerror(-rc));
+	return rc;
+}
+
 /* Open or create DIR and DIR/meta.mdb; sets *creating. */
 static int open_dirs(struct jnl *j, unsigned int flags, bool *creating)
 {
@@ -1059,30 +1075,8 @@ static int open_dirs(struct jnl *j, unsigned int flags, bool *creating)
 			   "LMDB environment directory", j->dir);
 		return -EPROTO;
 	}
-	if (mkdirat(j->dirfd, "data", 0700) < 0 && errno != EEXIST) {
-		rc = -errno;
-		set_errmsg("cannot create '%s/data': %s", j->dir,
-			   strerror(-rc));
-		return rc;
-	}
-	j->datafd = jnl_sys_openat(j->dirfd, "data", O_RDONLY | O_DIRECTORY, 0);
-	if (j->datafd < 0) {
-		rc = j->datafd;
-		set_errmsg("cannot open '%s/data': %s", j->dir, strerror(-rc));
-		return rc;
-	}
-	if (mkdirat(j->dirfd, "pt", 0700) < 0 && errno != EEXIST) {
-		rc = -errno;
-		set_errmsg("cannot create '%s/pt': %s", j->dir, strerror(-rc));
-		return rc;
-	}
-	j->ptfd = jnl_sys_openat(j->dirfd, "pt", O_RDONLY | O_DIRECTORY, 0);
-	if (j->ptfd < 0) {
-		rc = j->ptfd;
-		set_errmsg("cannot open '%s/pt': %s", j->dir, strerror(-rc));
-		return rc;
-	}
-	return 0;
+	rc = open_subdir(j, "data", &j->datafd);
+	return rc ? rc : open_subdir(j, "pt", &j->ptfd);
 }
 
 /* A raw LMDB code met while opening: -EPROTO for a corrupted or foreign
