@@ -1003,15 +1003,18 @@ static int dir_is_empty(int dirfd)
 /* The journal's subdirectory @name (data/, pt/), made if missing. */
 static int open_subdir(struct jnl *j, const char *name, int *fd)
 {
+	const char *what = "create";
 	int rc = 0;
 
 	if (mkdirat(j->dirfd, name, 0700) < 0 && errno != EEXIST)
 		rc = -errno;
 	else if ((*fd = jnl_sys_openat(j->dirfd, name,
-				      O_RDONLY | O_DIRECTORY, 0)) < 0)
+				      O_RDONLY | O_DIRECTORY, 0)) < 0) {
 		rc = *fd;
+		what = "open";
+	}
 	if (rc)
-		set_errmsg("cannot open '%s/%s': %s", j->dir, name,
+		set_errmsg("cannot %s '%s/%s': %s", what, j->dir, name,
 			   strerror(-rc));
 	return rc;
 }
