@@ -202,7 +202,8 @@ struct cache_ra_config {
 };
 
 /*
- * Open cfg->streams remote connections (rmt_open(spec, opts) each) and
+ * Open cfg->streams remote connections (rmt_open(spec, opts) each, with
+ * connections=1: one connection, not a pool, whatever opts say) and
  * start one fetch thread per connection, filling @c. @c must outlive the
  * engine. Caller owns *out; stop with cache_ra_stop(). Errors: -EINVAL (no
  * spec, streams > CACHE_RA_STREAMS_MAX), the errors of rmt_open(),

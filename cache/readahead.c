@@ -320,6 +320,7 @@ int cache_ra_start(struct cache *c, const struct cache_ra_config *cfg,
 		   struct cache_ra **out)
 {
 	struct cache_ra *ra;
+	char *opts = NULL;
 	int rc = 0;
 
 	*out = NULL;
@@ -337,7 +338,7 @@ int cache_ra_start(struct cache *c, const struct cache_ra_config *cfg,
 	pthread_cond_init(&ra->work, NULL);
 	pthread_cond_init(&ra->done, NULL);
 	ra->s = calloc(ra->nstreams, sizeof(*ra->s));
-	if (!ra->s) {
+	if (!ra->s || rmt_opts_one_connection(cfg->remote_opts, &opts)) {
 		ra->nstreams = 0;
 		cache_ra_stop(ra);
 		return -ENOMEM;
@@ -351,7 +352,8 @@ int cache_ra_start(struct cache *c, const struct cache_ra_config *cfg,
 			rc = -ENOMEM;
 			break;
 		}
-		rc = rmt_open(cfg->remote_spec, cfg->remote_opts, &s->r);
+		/* a stream is one connection: no pool of them per stream */
+		rc = rmt_open(cfg->remote_spec, opts, &s->r);
 		if (rc) {
 			LOG_ERR("read-ahead: cannot open remote '%s': %s",
 				cfg->remote_spec, strerror(-rc));
@@ -363,6 +365,7 @@ int cache_ra_start(struct cache *c, const struct cache_ra_config *cfg,
 			rc = -EAGAIN;
 		}
 	}
+	free(opts);
 	if (rc) {
 		cache_ra_stop(ra);
 		return rc;

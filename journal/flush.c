@@ -2173,9 +2173,7 @@ int jnl_flusher_start(struct jnl *j, const struct jnl_flush_config *cfg,
 		flusher_free(f);
 		return -ENOMEM;
 	}
-	if (asprintf(&stream_opts, "connections=1%s%s",
-		     cfg->remote_opts && *cfg->remote_opts ? "," : "",
-		     cfg->remote_opts ? cfg->remote_opts : "") < 0) {
+	if (rmt_opts_one_connection(cfg->remote_opts, &stream_opts)) {
 		flusher_free(f);
 		return -ENOMEM;
 	}

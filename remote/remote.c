@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -108,6 +109,18 @@ static int driver_of(const char *spec, rmt_open_fn *drv)
 		return 0;
 	}
 	return -EPROTONOSUPPORT;
+}
+
+int rmt_opts_one_connection(const char *opts, char **out)
+{
+	bool any = opts && *opts;
+
+	if (asprintf(out, "%s%sconnections=1", any ? opts : "",
+		     any ? "," : "") < 0) {
+		*out = NULL;
+		return -ENOMEM;
+	}
+	return 0;
 }
 
 int rmt_opts_split(const char *opts, rmt_opt_fn fn, void *arg, char **rest)

@@ -155,6 +155,14 @@ typedef int (*rmt_dirent_fn)(const char *name, const struct stat *st,
  */
 int rmt_open(const char *spec, const char *opts, struct rmt **out);
 
+/*
+ * @opts (may be NULL) for a stream of its own: a flush or read-ahead
+ * stream is one thread, so one connection, whatever connections=N the
+ * mount asked for its own pool (a later option overrides an earlier one,
+ * so "connections=1" goes last). 0, or -ENOMEM. Caller frees *out.
+ */
+int rmt_opts_one_connection(const char *opts, char **out);
+
 /* Close a share; every struct rmt_file of it must be closed first. NULL ok. */
 void rmt_close(struct rmt *r);
 

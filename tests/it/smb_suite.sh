@@ -166,7 +166,7 @@ cleanup() {
 			"$SHARE_DIR"/smb-daemon-$$ "$SHARE_DIR"/smb-wb-syscalls-$$ \
 			"$SHARE_DIR"/smb-wb-programs-$$ "$SHARE_DIR"/smb-cannot-wt-$$ \
 			"$SHARE_DIR"/smb-cannot-wb-$$ "$SHARE_DIR"/smb-aside-$$ \
-			"$SHARE_DIR"/smb-agent-$$
+			"$SHARE_DIR"/smb-agent-$$ "$SHARE_DIR"/smb-conns-$$
 	fi
 	if [ "$nas_down" = 1 ]; then
 		"$NAS" down >/dev/null 2>&1 || log "warning: 'nas.sh down' failed"
@@ -232,7 +232,7 @@ log "using nas.sh's smbd: $SMB_URL (shared from $SHARE_DIR)"
 # The share's directories belong to the login (files written over SMB are
 # ferry's): made here, then handed to ferry so smbd can write in them.
 names="syscalls programs refuse reconnect daemon wb-syscalls wb-programs"
-names+=" cannot-wt cannot-wb aside agent"
+names+=" cannot-wt cannot-wb aside agent conns"
 for name in $names; do
 	mkdir -m 0777 "$SHARE_DIR/smb-$name-$$" || exit
 	chown ferry: "$SHARE_DIR/smb-$name-$$" 2>/dev/null
@@ -363,6 +363,31 @@ daemon_check() {
 }
 
 step "a daemon: workers of its own (exec'ed), all gone after the unmount" daemon_check
+
+# A flush stream and a read-ahead stream are one connection (one worker)
+# each, whatever the mount's own pool has (connections=N): 2 + 3 + 2
+# workers here. Each read-ahead stream had a pool of N (2 + 3 + 2 x 2;
+# a default mount ran 24 workers where 12 serve, and spent ~2 s of CPU
+# starting them while the first `cp` waited).
+conns_check() {
+	local mnt=$W/mnt-c pid n last=-1 same=0
+	mkdir -p "$mnt"
+	"$W/ferryfs" mount "$SMB_URL/smb-conns-$$" "$mnt" -f \
+		-o credentials="$CRED",connections=2,streams=3,readahead=2 \
+		>"$W/conns.log" 2>&1 </dev/null &
+	pid=$!
+	# the streams start after the mount: until the count holds for 2 s
+	for _ in $(seq 1 300); do
+		n=$(pgrep -P "$pid" | wc -l)
+		if [ "$n" = "$last" ]; then same=$((same + 1)); else same=0 last=$n; fi
+		{ [ "$n" -gt 7 ] || [ "$same" -ge 20 ]; } && break
+		sleep 0.1
+	done
+	fusermount3 -u "$mnt" || fusermount3 -uz "$mnt"
+	wait "$pid"
+	[ "$n" = 7 ] || { echo "$n workers, want 2 + 3 + 2 = 7"; cat "$W/conns.log"; return 1; }
+}
+step "one connection per flush and per read-ahead stream" conns_check
 
 # --- ferry-agent next to the share ------------------------------------------------
 

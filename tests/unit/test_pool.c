@@ -478,6 +478,30 @@ static void test_pool__parse(void **state)
 	parse_bad("a,connections=0x4");
 }
 
+/* A stream of its own (flush, read-ahead) is one connection, whatever
+ * connections=N the mount's options hold: they once gave every read-ahead
+ * stream a pool of 4 (24 SMB workers for a default smb:// mount, where
+ * 12 serve), and -o connections=N every flush stream a pool of N. */
+static void test_pool__one_connection_opts(void **state)
+{
+	static const char *const in[] = { NULL, "", "connections=8",
+					  "remote_rate=1M,connections=8,x" };
+	unsigned int n;
+	char *o, *rest;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(in) / sizeof(in[0]); i++) {
+		assert_rc_ok(rmt_opts_one_connection(in[i], &o));
+		assert_rc_ok(rmt_pool_parse(o, &n, &rest));
+		assert_int_equal(n, 1);
+		/* the other options stay, in their order */
+		if (i == 3)
+			assert_string_equal(rest, "remote_rate=1M,x");
+		free(rest);
+		free(o);
+	}
+}
+
 /* rmt_open(): the option is taken, checked, and ignored for a share that
  * is thread-safe by itself (the path driver). */
 static void test_pool__rmt_open_takes_the_option(void **state)
@@ -863,6 +887,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
 		T(test_pool__parse),
+		T(test_pool__one_connection_opts),
 		T(test_pool__rmt_open_takes_the_option),
 		T(test_pool__is_the_same_share),
 		T(test_pool__default_connections),
