@@ -24,6 +24,7 @@
 #   ferryfs-smb   ferryfs on smb://: the same ("n/a" without the smb driver)
 #   ferryfs-nfs-pt  ferryfs on nfs:// with -o passthrough (fs/pt.c): cp,
 #                 until flush --wait returns, cold read (not by default)
+#   ferryfs-smb-pt  the same on smb:// (not by default)
 #   ferryfs-agent ferryfs on nfs:// flushing through ferry-agent, which this
 #                 script runs in the NAS namespace over the export directory
 #                 (port 7077): cp, until flush --wait returns
@@ -42,6 +43,7 @@
 # Environment: FERRYFS=<binary> (default: build/fs/ferryfs, built if missing)
 #   BUILD_DIR=build  BENCH_PARENT=/var/tmp  SSH_PORT=2222  STREAMS=4
 #   NO_READ=1 skips the cold-read rows of ferryfs (slow through a delay)
+#   KEEP_WORK=1 keeps the work directory (the logs of every mount and tool)
 #   PREFAULT_MB=8192: after every drop of the page cache, that much memory
 #   is written once (in /dev/shm, then freed): on this VM the first touch
 #   of memory its host took back costs ~3x, which would fall on whichever
@@ -68,7 +70,7 @@ usage() {
 	exit "${1:-0}"
 }
 
-ALL_GROUPS=(iperf nfs-cp smbclient sshfs rclone-copy rclone-mount ferryfs-nfs ferryfs-smb ferryfs-agent ferryfs-smb-agent ferryfs-nfs-pt)
+ALL_GROUPS=(iperf nfs-cp smbclient sshfs rclone-copy rclone-mount ferryfs-nfs ferryfs-smb ferryfs-agent ferryfs-smb-agent ferryfs-nfs-pt ferryfs-smb-pt)
 OPT_RATE='' OPT_CAP='' OPT_DELAY='' OPT_WLS='' RUNS=3 QUICK=0 ROWS='' APPEND=0
 while (($#)); do
 	case $1 in
@@ -106,7 +108,7 @@ done
 declare -A WANT=()
 if [[ -z $ROWS ]]; then
 	for g in "${ALL_GROUPS[@]}"; do
-		[[ $g == ferryfs-nfs-pt ]] || WANT[$g]=1 # an option: asked by name
+		[[ $g == ferryfs-*-pt ]] || WANT[$g]=1 # an option: asked by name
 	done
 else
 	IFS=, read -r -a picked <<<"$ROWS"
@@ -117,6 +119,8 @@ else
 	WANT[iperf]=1 # the link is needed for every ratio
 fi
 want() { [[ -n ${WANT[$1]:-} ]]; }
+# the row of a cp to local disk goes with any ferryfs row (g_ferry)
+for g in "${!WANT[@]}"; do [[ $g != ferryfs-* ]] || WANT[local]=1; done
 
 ((EUID == 0)) || die "needs root (namespaces, mounts, drop_caches): sudo $0"
 
@@ -172,7 +176,7 @@ if ((${#missing[@]})); then
 	apt-get install "${aopts[@]}" "${missing[@]}" </dev/null >&2 ||
 		{ apt-get -q update >&2 && apt-get install "${aopts[@]}" "${missing[@]}" </dev/null >&2; }
 fi
-for t in nfs-cp smbclient rclone sshfs /usr/sbin/sshd ssh-keygen iperf3 jq fusermount3 perl sha256sum; do
+for t in nfs-cp smbclient rclone sshfs /usr/sbin/sshd ssh-keygen iperf3 jq python3 fusermount3 perl sha256sum; do
 	command -v "$t" >/dev/null || die "'$t' not found"
 done
 
@@ -236,7 +240,7 @@ cleanup() {
 	if [[ -n $BENCH_ID && -n ${NAS_SHARE_DIR:-} ]]; then
 		rm -rf "${NAS_SHARE_DIR:?}/$BENCH_ID"
 	fi
-	[[ -n $WORK ]] && rm -rf "$WORK"
+	[[ -n $WORK && -z ${KEEP_WORK:-} ]] && rm -rf "$WORK"
 	[[ -n $SHM ]] && rm -rf "$SHM"
 	if ((NAS_BROUGHT_UP)); then
 		say "nas.sh down (this run brought it up)"
@@ -308,7 +312,7 @@ for w in "${WLS[@]}"; do
 done
 
 # --- results --------------------------------------------------------------------------
-declare -A VALS=() FAILS=() NA_CELLS=()
+declare -A VALS=() CPUS=() FAILS=() NA_CELLS=() LOCAL_DONE=()
 ROW_ORDER=()
 declare -A ROW_LABEL=() ROW_DIR=()
 row() { # ID DIR(push|pull) LABEL
@@ -316,9 +320,10 @@ row() { # ID DIR(push|pull) LABEL
 	ROW_DIR[$1]=$2
 	ROW_LABEL[$1]=$3
 }
-res() {
+res() { # ROW WL SECONDS [CPU-SECONDS]
 	VALS["$1|$2"]+="$3 "
-	say "$1 $2: $3 s"
+	[[ -z ${4:-} ]] || CPUS["$1|$2"]+="$4 "
+	say "$1 $2: $3 s${4:+, $4 cpu-s}"
 }
 fail() {
 	FAILS["$1|$2"]+="run $RUN: $3; "
@@ -328,14 +333,22 @@ na() { NA_CELLS["$1|$2"]=$3; }
 
 lastlog() { tail -n 2 "$1" 2>/dev/null | tr '\n' ' ' | cut -c1-160; }
 
-# timed LOG CMD...: T = wall seconds of CMD; fails if CMD fails
-T=
+# The busy time of every CPU of the machine (client, ferryfs, the NAS's
+# servers: they share it here), in jiffies (USER_HZ), from /proc/stat.
+cpu_jiffies() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat; }
+cpu_since() { awk -v a="$1" -v b="$(cpu_jiffies)" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", (b - a) / hz }'; }
+
+# timed LOG CMD...: T = wall seconds of CMD, C = busy CPU-seconds of the
+# machine meanwhile; fails if CMD fails
+T='' C=''
 timed() {
-	local log=$1 t0
+	local log=$1 t0 c0
 	shift
+	c0=$(cpu_jiffies)
 	t0=$(now)
 	"$@" >>"$log" 2>&1 || return 1
 	T=$(secs "$t0" "$(now)")
+	C=$(cpu_since "$c0")
 }
 
 # verify DIR WL: DIR holds exactly WL's files, each with its SHA-256
@@ -358,10 +371,13 @@ check() {
 	return 1
 }
 
-wait_mounted() { # MNT PID LOG: until MNT is a mount; fails if PID exits
+# MNT PID: until MNT is a mount that answers (its daemon may open its
+# connections after the mount appears: FUSE holds every call until the
+# daemon answers INIT, which would fall on the timed cp); fails if PID exits
+wait_mounted() {
 	local i
 	for ((i = 0; i < 300; i++)); do
-		is_mounted "$1" && return 0
+		is_mounted "$1" && timeout 30 stat "$1" >/dev/null 2>&1 && return 0
 		kill -0 "$2" 2>/dev/null || return 1
 		sleep 0.1
 	done
@@ -415,7 +431,7 @@ row nfscp-push push "nfs-cp push (libnfs, NFSv3, one file per call)"
 row nfscp-pull pull "nfs-cp pull"
 g_nfscp() {
 	local w=$1
-	local d=nfscp-r$RUN-$w log=$LOGS/nfscp.log f dst t0 ok
+	local d=nfscp-r$RUN-$w log=$LOGS/nfscp.log f dst t0 c0 ok
 	if [[ $w == tree ]]; then
 		na nfscp-push tree "n/a (nfs-cp copies one file and cannot mkdir)"
 		na nfscp-pull tree "n/a (nfs-cp copies one file and cannot mkdir)"
@@ -423,15 +439,18 @@ g_nfscp() {
 	fi
 	nfs_mkdir "$d"
 	drop_caches
+	c0=$(cpu_jiffies)
 	t0=$(now)
 	for f in "$SHM/$w"/*; do
 		"${CLI[@]}" nfs-cp "$f" "$NFS_BASE/$BENCH_ID/$d/$(basename "$f")?version=3" >>"$log" 2>&1 ||
 			{ fail nfscp-push "$w" "nfs-cp exit $? ($(lastlog "$log"))" && return 0; }
 	done
 	T=$(secs "$t0" "$(now)")
-	check nfscp-push "$w" "$NAS_EXPORT_DIR/$BENCH_ID/$d" && res nfscp-push "$w" "$T"
+	C=$(cpu_since "$c0")
+	check nfscp-push "$w" "$NAS_EXPORT_DIR/$BENCH_ID/$d" && res nfscp-push "$w" "$T" "$C"
 	dst=$(local_dir)
 	drop_caches
+	c0=$(cpu_jiffies)
 	t0=$(now) ok=1
 	for f in "$SHM/$w"/*; do
 		f=$(basename "$f")
@@ -442,7 +461,8 @@ g_nfscp() {
 		}
 	done
 	T=$(secs "$t0" "$(now)")
-	if ((ok)) && check nfscp-pull "$w" "$dst"; then res nfscp-pull "$w" "$T"; fi
+	C=$(cpu_since "$c0")
+	if ((ok)) && check nfscp-pull "$w" "$dst"; then res nfscp-pull "$w" "$T" "$C"; fi
 	nfs_rm "$d"
 	rm -rf "$dst"
 }
@@ -457,7 +477,7 @@ g_smbclient() {
 	drop_caches
 	if timed "$log" "${CLI[@]}" smbclient "//$HOST/nas" -A "$SMB_CRED_FILE" \
 		-c "cd $BENCH_ID/$d; lcd $SHM/$w; prompt OFF; recurse ON; mput *"; then
-		check smb-put "$w" "$NAS_SHARE_DIR/$BENCH_ID/$d" && res smb-put "$w" "$T"
+		check smb-put "$w" "$NAS_SHARE_DIR/$BENCH_ID/$d" && res smb-put "$w" "$T" "$C"
 	else
 		fail smb-put "$w" "smbclient failed ($(lastlog "$log"))"
 	fi
@@ -465,7 +485,7 @@ g_smbclient() {
 	drop_caches
 	if timed "$log" "${CLI[@]}" smbclient "//$HOST/nas" -A "$SMB_CRED_FILE" \
 		-c "cd $BENCH_ID/$d; lcd $dst; prompt OFF; recurse ON; mget *"; then
-		check smb-get "$w" "$dst" && res smb-get "$w" "$T"
+		check smb-get "$w" "$dst" && res smb-get "$w" "$T" "$C"
 	else
 		fail smb-get "$w" "smbclient failed ($(lastlog "$log"))"
 	fi
@@ -540,7 +560,7 @@ g_sshfs() {
 	fi
 	if timed "$LOGS/sshfs.log" cp -r "$SHM/$w/." "$MNT/"; then
 		unmount "$MNT"
-		check sshfs-push "$w" "$NAS_SHARE_DIR/$BENCH_ID/$d" && res sshfs-push "$w" "$T"
+		check sshfs-push "$w" "$NAS_SHARE_DIR/$BENCH_ID/$d" && res sshfs-push "$w" "$T" "$C"
 	else
 		fail sshfs-push "$w" "cp failed ($(lastlog "$LOGS/sshfs.log"))"
 		unmount "$MNT"
@@ -548,7 +568,7 @@ g_sshfs() {
 	dst=$(local_dir)
 	drop_caches
 	if sshfs_mount "$NAS_SHARE_DIR/$BENCH_ID/$d" && timed "$LOGS/sshfs.log" cp -r "$MNT/." "$dst/"; then
-		check sshfs-pull "$w" "$dst" && res sshfs-pull "$w" "$T"
+		check sshfs-pull "$w" "$dst" && res sshfs-pull "$w" "$T" "$C"
 	else
 		fail sshfs-pull "$w" "sshfs mount or cp failed ($(lastlog "$LOGS/sshfs.log"))"
 	fi
@@ -580,27 +600,44 @@ g_rclone_copy() {
 	smb_mkdir "$d"
 	drop_caches
 	if timed "$log" "${CLI[@]}" rclone copy --transfers 4 "$SHM/$w" "$RREM/$d"; then
-		check rclone-push "$w" "$NAS_SHARE_DIR/$BENCH_ID/$d" && res rclone-push "$w" "$T"
+		check rclone-push "$w" "$NAS_SHARE_DIR/$BENCH_ID/$d" && res rclone-push "$w" "$T" "$C"
 	else
 		fail rclone-push "$w" "rclone failed ($(lastlog "$log"))"
 	fi
 	dst=$(local_dir)
 	drop_caches
 	if timed "$log" "${CLI[@]}" rclone copy --transfers 4 "$RREM/$d" "$dst"; then
-		check rclone-pull "$w" "$dst" && res rclone-pull "$w" "$T"
+		check rclone-pull "$w" "$dst" && res rclone-pull "$w" "$T" "$C"
 	else
 		fail rclone-pull "$w" "rclone failed ($(lastlog "$log"))"
 	fi
 	smb_rm "$d"
 	rm -rf "$dst"
 }
-rmount_pending() { # uploads queued or in progress in the mount's VFS cache
-	"${CLI[@]}" rclone rc --url "http://127.0.0.1:$RC_PORT/" vfs/stats 2>/dev/null |
-		jq -e '.diskCache.uploadsInProgress + .diskCache.uploadsQueued'
+# Wait until the mount's VFS cache has no upload queued or in progress
+# (its rc vfs/stats, asked every 0.1 s for 10 min at most), and print what
+# was pending last. One process asks: starting `rclone rc` 10 times a
+# second cost more CPU than the mount it asked (~35 ms a start here).
+rmount_wait() {
+	"${CLI[@]}" python3 -c '
+import json, sys, time, urllib.request
+n = "x"
+for _ in range(6000):
+    try:
+        req = urllib.request.Request(sys.argv[1], data=b"{}", method="POST",
+                                     headers={"Content-Type": "application/json"})
+        c = json.load(urllib.request.urlopen(req, timeout=5))["diskCache"]
+        n = c["uploadsInProgress"] + c["uploadsQueued"]
+    except Exception:
+        n = "x"
+    if n == 0:
+        break
+    time.sleep(0.1)
+print(n)' "http://127.0.0.1:$RC_PORT/vfs/stats"
 }
 g_rclone_mount() {
 	local w=$1
-	local d=rmount-r$RUN-$w log=$LOGS/rclone-mount.log t0 t1 n i
+	local d=rmount-r$RUN-$w log=$LOGS/rclone-mount.log t0 t1 c0 c1 n
 	smb_mkdir "$d"
 	rm -rf "$WORK/rclone-cache"
 	drop_caches
@@ -614,22 +651,21 @@ g_rclone_mount() {
 		smb_rm "$d"
 		return 0
 	fi
+	c0=$(cpu_jiffies)
 	t0=$(now)
 	if ! cp -r "$SHM/$w/." "$MNT/" >>"$log" 2>&1; then
 		fail rmount-cp "$w" "cp failed ($(lastlog "$log"))"
 	else
 		t1=$(now)
-		res rmount-cp "$w" "$(secs "$t0" "$t1")"
-		for ((i = 0; i < 6000; i++)); do # 10 min at most
-			n=$(rmount_pending) || n=x
-			[[ $n == 0 ]] && break
-			sleep 0.1
-		done
+		c1=$(cpu_since "$c0")
+		res rmount-cp "$w" "$(secs "$t0" "$t1")" "$c1"
+		n=$(rmount_wait) || n=x
 		t1=$(now)
+		c1=$(cpu_since "$c0")
 		if [[ $n != 0 ]]; then
 			fail rmount-nas "$w" "uploads still pending ($n) after 10 min"
 		elif check rmount-nas "$w" "$NAS_SHARE_DIR/$BENCH_ID/$d"; then
-			res rmount-nas "$w" "$(secs "$t0" "$t1")"
+			res rmount-nas "$w" "$(secs "$t0" "$t1")" "$c1"
 		fi
 	fi
 	unmount "$MNT"
@@ -648,6 +684,9 @@ row fnpt-read pull "ferryfs nfs:// -o passthrough: cold read, cp -r from a fresh
 row fsmb-cp push "ferryfs smb://: cp -r (returns)"
 row fsmb-flush push "ferryfs smb://: until flush --wait returns (from the start of cp)"
 row fsmb-read pull "ferryfs smb://: cold read, cp -r from a fresh mount"
+row fspt-cp push "ferryfs smb:// -o passthrough: cp -r (returns)"
+row fspt-flush push "ferryfs smb:// -o passthrough: until flush --wait returns (from the start of cp)"
+row fspt-read pull "ferryfs smb:// -o passthrough: cold read, cp -r from a fresh mount"
 row fagt-cp push "ferryfs nfs:// + ferry-agent: cp -r (returns)"
 row fagt-flush push "ferryfs nfs:// + ferry-agent: until flush --wait returns (from the start of cp)"
 row fsag-cp push "ferryfs smb:// + ferry-agent: cp -r (returns)"
@@ -680,17 +719,18 @@ ferry_mount() { # PREFIX URL [EXTRA_OPTS]: a fresh journal and cache
 }
 # g_ferry PREFIX URL NASDIR MKDIR RM EXTRA W
 g_ferry() {
-	local p=$1 url=$2 nasdir=$3 mk=$4 rmf=$5 extra=$6 w=$7 d t0 t1 dst log=$LOGS/$1.log
+	local p=$1 url=$2 nasdir=$3 mk=$4 rmf=$5 extra=$6 w=$7 d t0 t1 c0 dst log=$LOGS/$1.log
 	d=$p-r$RUN-$w
 	if [[ -n $FSMB_NA && $p == fsmb ]]; then
 		na fsmb-cp "$w" "$FSMB_NA" && na fsmb-flush "$w" "$FSMB_NA" && na fsmb-read "$w" "$FSMB_NA"
 		return 0
 	fi
-	if [[ $p == fnfs ]]; then # the local-disk baseline of cp
+	if [[ -z ${LOCAL_DONE["$RUN|$w"]:-} ]]; then # the local-disk baseline of cp, once per run
+		LOCAL_DONE["$RUN|$w"]=1
 		dst=$(local_dir)
 		drop_caches
 		if timed "$log" cp -r "$SHM/$w/." "$dst/"; then
-			res fnfs-local "$w" "$T"
+			res fnfs-local "$w" "$T" "$C"
 		else
 			fail fnfs-local "$w" "cp failed ($(lastlog "$log"))"
 		fi
@@ -709,6 +749,7 @@ g_ferry() {
 		"$rmf" "$d"
 		return 0
 	fi
+	c0=$(cpu_jiffies)
 	t0=$(now)
 	if ! cp -r "$SHM/$w/." "$MNT/" >>"$log" 2>&1; then
 		fail "$p-cp" "$w" "cp failed ($(lastlog "$log"))"
@@ -717,10 +758,11 @@ g_ferry() {
 		return 0
 	fi
 	t1=$(now)
-	res "$p-cp" "$w" "$(secs "$t0" "$t1")"
+	res "$p-cp" "$w" "$(secs "$t0" "$t1")" "$(cpu_since "$c0")"
 	if "$FERRYFS" flush "$MNT" --wait >>"$log" 2>&1; then
 		t1=$(now)
-		check "$p-flush" "$w" "$nasdir/$BENCH_ID/$d" && res "$p-flush" "$w" "$(secs "$t0" "$t1")"
+		C=$(cpu_since "$c0")
+		check "$p-flush" "$w" "$nasdir/$BENCH_ID/$d" && res "$p-flush" "$w" "$(secs "$t0" "$t1")" "$C"
 	else
 		fail "$p-flush" "$w" "flush --wait failed ($(lastlog "$log"))"
 	fi
@@ -738,7 +780,7 @@ g_ferry() {
 	dst=$(local_dir)
 	drop_caches
 	if ferry_mount "$p" "$url/$BENCH_ID/$d" "$extra" && timed "$log" cp -r "$MNT/." "$dst/"; then
-		check "$p-read" "$w" "$dst" && res "$p-read" "$w" "$T"
+		check "$p-read" "$w" "$dst" && res "$p-read" "$w" "$T" "$C"
 	else
 		fail "$p-read" "$w" "mount or cp failed ($(lastlog "$log"))"
 	fi
@@ -760,8 +802,8 @@ for ((RUN = 1; RUN <= RUNS; RUN++)); do
 	g_iperf || true
 	# every other run in the reverse order: no row always runs right
 	# after the same one (and its clean-up: a 1 GiB delete on the NAS)
-	order=(nfs-cp smbclient sshfs rclone-copy rclone-mount ferryfs-nfs ferryfs-nfs-pt ferryfs-smb ferryfs-agent ferryfs-smb-agent)
-	((RUN % 2)) || order=(ferryfs-smb-agent ferryfs-agent ferryfs-smb ferryfs-nfs-pt ferryfs-nfs rclone-mount rclone-copy sshfs smbclient nfs-cp)
+	order=(nfs-cp smbclient sshfs rclone-copy rclone-mount ferryfs-nfs ferryfs-nfs-pt ferryfs-smb ferryfs-smb-pt ferryfs-agent ferryfs-smb-agent)
+	((RUN % 2)) || order=(ferryfs-smb-agent ferryfs-agent ferryfs-smb-pt ferryfs-smb ferryfs-nfs-pt ferryfs-nfs rclone-mount rclone-copy sshfs smbclient nfs-cp)
 	for w in "${WLS[@]}"; do
 		for g in "${order[@]}"; do
 			want "$g" || continue
@@ -782,6 +824,10 @@ for ((RUN = 1; RUN <= RUNS; RUN++)); do
 				g_ferry fsmb "smb://$SMB_USER@$HOST/nas" "$NAS_SHARE_DIR" smb_mkdir smb_rm \
 					"credentials=$SMB_CRED_FILE" "$w" || true
 				;;
+			ferryfs-smb-pt)
+				g_ferry fspt "smb://$SMB_USER@$HOST/nas" "$NAS_SHARE_DIR" smb_mkdir smb_rm \
+					"credentials=$SMB_CRED_FILE,passthrough" "$w" || true
+				;;
 			ferryfs-smb-agent)
 				g_ferry fsag "smb://$SMB_USER@$HOST/nas" "$NAS_SHARE_DIR" smb_mkdir smb_rm \
 					"credentials=$SMB_CRED_FILE,agent=$HOST:$AGENT_SMB_PORT/$BENCH_ID/fsag-r$RUN-$w,agent_key=$WORK/agent.key" "$w" || true
@@ -801,13 +847,13 @@ LINK_PULL=$(median <<<"${IPERF[iperf-p4r]:-}") || LINK_PULL=
 row_group() {
 	case $1 in
 	iperf*) echo iperf ;; nfscp*) echo nfs-cp ;; smb-*) echo smbclient ;; sshfs*) echo sshfs ;;
-	rclone*) echo rclone-copy ;; rmount*) echo rclone-mount ;; fnfs*) echo ferryfs-nfs ;; fnpt*) echo ferryfs-nfs-pt ;;
+	rclone*) echo rclone-copy ;; rmount*) echo rclone-mount ;; fnfs-local) echo local ;; fnfs*) echo ferryfs-nfs ;; fnpt*) echo ferryfs-nfs-pt ;; fspt*) echo ferryfs-smb-pt ;;
 	fsmb*) echo ferryfs-smb ;; fagt*) echo ferryfs-agent ;; fsag*) echo ferryfs-smb-agent ;;
 	esac
 }
 
 cell() { # ROW WL
-	local id=$1 w=$2 k="$1|$2" link med g
+	local id=$1 w=$2 k="$1|$2" link med g cpu
 	link=$LINK_PUSH
 	[[ ${ROW_DIR[$id]} == pull ]] && link=$LINK_PULL
 	if [[ $id == iperf-* ]]; then
@@ -824,9 +870,11 @@ cell() { # ROW WL
 	elif [[ -n ${FAILS[$k]:-} ]]; then
 		echo "FAIL (see below)"
 	elif med=$(median <<<"${VALS[$k]:-}"); then
-		awk -v t="$med" -v b="${WL_BYTES[$w]}" -v l="$link" 'BEGIN {
+		cpu=$(median <<<"${CPUS[$k]:-}") || cpu=
+		awk -v t="$med" -v b="${WL_BYTES[$w]}" -v l="$link" -v c="$cpu" 'BEGIN {
 			lt = (l > 0) ? b * 8 / (l * 1e9) : 0
-			printf "%.2f s · %.0f MB/s · %.2f", t, b / t / 1e6, (l > 0 && t > 0) ? lt / t : 0 }'
+			printf "%.2f s · %.0f MB/s · %.2f", t, b / t / 1e6, (l > 0 && t > 0) ? lt / t : 0
+			if (c != "") printf " · %.2f cpu-s", c }'
 	else
 		echo "-"
 	fi
@@ -859,7 +907,7 @@ report() {
 	done
 	echo "${line%,}; sources on tmpfs, random bytes"
 	echo "- method: $RUNS run(s), median; sync + drop_caches before every measurement, then $PREFAULT_MB MiB prefaulted; every write checked by SHA-256 on the NAS side, every read locally; whole run ${T_TOTAL} s; load average at start $LOAD_START, at end $LOAD_END (other work on the machine shows up in the figures)"
-	echo "- cell: median time · MB/s (10^6 B/s) · ratio = (bytes / iperf3 -P4 rate of that direction) / time (1.00 = the link's speed)"
+	echo "- cell: median time · MB/s (10^6 B/s) · ratio = (bytes / iperf3 -P4 rate of that direction) / time (1.00 = the link's speed) · median CPU-seconds the whole machine was busy meanwhile (client, ferryfs, the NAS's servers: $(nproc) CPUs, shared)"
 	echo
 	line="| row |"
 	for w in "${WLS[@]}"; do line+=" ${WL_LABEL[$w]} |"; done
@@ -874,7 +922,7 @@ report() {
 		echo "$line"
 	done
 	echo
-	echo "Raw seconds per run (iperf3: Gbit/s):"
+	echo "Raw seconds per run (iperf3: Gbit/s; busy CPU-seconds in parentheses):"
 	echo
 	for id in iperf-p1 iperf-p4 iperf-p1r iperf-p4r; do
 		echo "- $id: $(for v in ${IPERF[$id]:-}; do printf '%.3f\n' "$v"; done | paste -sd' ')"
@@ -885,7 +933,9 @@ report() {
 		line="- $id:"
 		for w in "${WLS[@]}"; do
 			[[ -n ${NA_CELLS["$id|$w"]:-} ]] && continue
-			line+=" $w: $(echo ${VALS["$id|$w"]:-none});"
+			line+=" $w: $(echo ${VALS["$id|$w"]:-none})"
+			[[ -z ${CPUS["$id|$w"]:-} ]] || line+=" (cpu-s: $(echo ${CPUS["$id|$w"]}))"
+			line+=";"
 		done
 		[[ $line == "- $id:" ]] || echo "${line%;}"
 	done
