@@ -32,7 +32,10 @@
 #    `status --json` (the streams' remote_bytes_written minus the data:
 #    chunks written twice). The share is throttled to 8 MB/s per stream
 #    (remote_stream_rate) so the 3 s on the share after the loss cannot
-#    finish the flush before the agent is back.
+#    finish the flush before the agent is back, and the whole flush to
+#    48 MB/s (bwlimit): unthrottled, the agent took 512 MiB faster than
+#    the status polls here could see 48 MiB go by (killed at 240-340 MiB,
+#    the share then finished the rest before the agent was back).
 # 3. a wrong key: the mount (-f) fails with "refused our key" on stderr,
 #    the agent logs "refused: wrong key", a raw client gets -EACCES; no
 #    agent listening: the mount works, streams say "via": "share", the
@@ -436,7 +439,7 @@ mkdir -m 0755 "$S2"
 head -c $((512 << 20)) /dev/urandom >"$S2/big"
 MP2=$W/mnt.kill
 M2=$MP2/kill
-if ! mount_fs kill "$NFS_URL?version=3" -o "$(agent_opts "$W/key"),remote_stream_rate=8M"; then
+if ! mount_fs kill "$NFS_URL?version=3" -o "$(agent_opts "$W/key"),remote_stream_rate=8M,bwlimit=48M"; then
 	bad "2: mount" "$(tail -n 5 "$W/ferryfs.kill.log")"
 else
 	"$FERRYFS" pause "$MP2" >/dev/null
