@@ -551,8 +551,27 @@ cmd_down() {
 	say "down"
 }
 
+# the daemons nas.sh runs: NAME:COMM:NAMESPACE (nas or cli)
+DAEMONS=(holder:sleep:nas rpcbind:rpcbind:nas ganesha:ganesha.nfsd:nas smbd:smbd:nas
+	iperf3:iperf3:nas delayline:delayline:cli)
+
+# daemon_alive NAME:COMM:NS
+daemon_alive() {
+	local name comm ns
+	IFS=: read -r name comm ns <<<"$1"
+	if [[ $ns == nas ]]; then ns=$NETNS_NAS; else ns=$NETNS_CLI; fi
+	pid_alive "$name" "$comm" "$ns"
+}
+
 cmd_env() {
 	[[ -f $RUN/state && -e $NETNS_CLI ]] || die "not up (run: $PROG up)"
+	# A state file whose daemons are gone (the machine restarted, or one
+	# crashed) is not up: a test that took it for up met no server.
+	local d dead=()
+	for d in "${DAEMONS[@]}"; do
+		daemon_alive "$d" || dead+=("${d%%:*}")
+	done
+	((${#dead[@]} == 0)) || die "not up: ${dead[*]} not running (run: $PROG up)"
 	local v3="nfs://$NAS_IP$NFS_PSEUDO?version=3" v4="nfs://$NAS_IP$NFS_PSEUDO?version=4"
 	cat <<EOF
 NAS_IP='$NAS_IP'
@@ -594,7 +613,7 @@ ms_of() {
 }
 
 cmd_status() {
-	local fail=0 name comm ns v g1 g4 a b
+	local fail=0 name ns v g1 g4 a b
 	if [[ ! -f $RUN/state ]]; then
 		say "not up"
 		return 1
@@ -607,11 +626,9 @@ cmd_status() {
 			fail=1
 		fi
 	done
-	for v in holder:sleep:nas rpcbind:rpcbind:nas ganesha:ganesha.nfsd:nas smbd:smbd:nas \
-		iperf3:iperf3:nas delayline:delayline:cli; do
-		IFS=: read -r name comm ns <<<"$v"
-		if [[ $ns == nas ]]; then ns=$NETNS_NAS; else ns=$NETNS_CLI; fi
-		if pid_alive "$name" "$comm" "$ns"; then
+	for v in "${DAEMONS[@]}"; do
+		name=${v%%:*}
+		if daemon_alive "$v"; then
 			printf '%-10s running, pid %s\n' "$name" "$(<"$PIDS/$name.pid")"
 		else
 			printf '%-10s NOT RUNNING\n' "$name"
