@@ -238,7 +238,11 @@ is "c3: the local version at the conflict name (SHA-256)" \
 	"$(sha "$R/${c3copy:-none}" 2>/dev/null)" "$(sha "$S/c3.local")"
 settle
 cmp -s "$S/c3.share" "$M/c3" && cmp -s "$S/c3.local" "$M/${c3copy:-none}" &&
-	ok "c3: both versions through the mount" || bad "c3: both versions through the mount" differ
+	ok "c3: both versions through the mount" ||
+	bad "c3: both versions through the mount" "differ: c3 is $(stat -c %s "$M/c3") bytes (the share's \
+version $(stat -c %s "$S/c3.share"), $(cmp "$S/c3.share" "$M/c3" 2>&1 | head -1); the copy \
+$(stat -c %s "$M/${c3copy:-none}" 2>&1) (the local version $(stat -c %s "$S/c3.local")), \
+$(cmp "$S/c3.local" "$M/${c3copy:-none}" 2>&1 | head -1)"
 exec 9<&-
 # only attributes changed here: not a conflict, they go to the share's
 # version
