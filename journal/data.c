@@ -1966,6 +1966,22 @@ out_free:
 	return rc;
 }
 
+int jnl_chunk_claimed(struct jnl *j, const struct jnl_chunk_ref *c)
+{
+	struct jnl_chunk_rec cr;
+	MDB_txn *txn;
+	int rc = jnl_rtx_begin(j, &txn);
+
+	if (rc)
+		return rc;
+	rc = jnl_chunk_get(j, txn, c->id, c->index, &cr);
+	jnl_rtx_end(j);
+	if (!rc && (cr.state != JNL_CHUNK_INFLIGHT ||
+		    cr.claim_gen != c->generation))
+		rc = -ENOENT;
+	return rc;
+}
+
 /* --- clean ---------------------------------------------------------------------- */
 
 /* Has node @n something the remote does not have yet (a create, an op, a

@@ -891,7 +891,19 @@ static ssize_t chunk_prepare(struct stream *s, const struct jnl_chunk_ref *c,
 		return -ENOMEM;
 	}
 	rc = conflict_check(s, c->id, c, 0, fault);
-	return rc ? rc : n;
+	if (rc)
+		return rc;
+	/* after the read: a claim gone stale meanwhile (a conversion took
+	 * the chunk back, and the copy's own claim may have flushed it and
+	 * given its staging back) read bytes that are not the chunk's; a
+	 * parked one retried 30 s later wrote a copy's length of zeros over
+	 * the copy (it_conflict c3) */
+	rc = jnl_chunk_claimed(f->j, c);
+	if (rc) {
+		*fault = rc == -ENOENT ? F_GONE : F_JOURNAL;
+		return rc;
+	}
+	return n;
 }
 
 /*

@@ -479,6 +479,14 @@ int jnl_chunk_claim_upto(struct jnl *j, struct jnl_chunk_ref *out, int max,
 int jnl_chunk_release(struct jnl *j, const struct jnl_chunk_ref *c, bool ok,
 		      const unsigned char sha256[32]);
 
+/* Is claim @c still the chunk's (INFLIGHT, claimed at c->generation)? 0,
+ * or -ENOENT when it went stale (a conflict conversion or a truncate took
+ * the chunk back, recovery reclaimed it): what was read for it may be
+ * another version's bytes, or none (the staging of a chunk flushed since
+ * is given back), so nothing of it may be written. A flusher calls it
+ * after reading the chunk, before writing it. */
+int jnl_chunk_claimed(struct jnl *j, const struct jnl_chunk_ref *c);
+
 enum jnl_op_type {
 	JNL_OP_MKDIR = 1,
 	JNL_OP_CREATE,

@@ -1487,6 +1487,8 @@ static void test_journal__write_while_inflight_stays_dirty(void **state)
 	assert_rc_ok(jnl_sync(fx->j));
 	assert_int_equal(chunk_state(fx->j, f, 0, &rec), JNL_CHUNK_INFLIGHT);
 	assert_true(rec.generation != c.generation);
+	/* still this flusher's claim: it sends, the release sees the write */
+	assert_rc_ok(jnl_chunk_claimed(fx->j, &c));
 	assert_int_equal(jnl_chunk_claim(fx->j, &c2, 1), 0); /* one flusher */
 	assert_rc_ok(jnl_chunk_release(fx->j, &c, true, sha));
 	jnl_assert_sane(fx->j);
@@ -2712,7 +2714,7 @@ static void test_journal__conflict_conversion(void **state)
 	struct stat now = remote_st(70, 50, 1000000100, 0);
 	unsigned char *local = malloc(4 * CS), *buf = malloc(4 * CS);
 	char paths[2][PATH_MAX];
-	struct jnl_chunk_ref c[8];
+	struct jnl_chunk_ref c[8], stale;
 	struct jnl_op ops[8];
 	struct jnl_node n, a = attr(0600);
 	uint64_t seq, total;
@@ -2731,6 +2733,8 @@ static void test_journal__conflict_conversion(void **state)
 	assert_rc_ok(jnl_sync(fx->j));
 	/* the flusher claimed the written chunk */
 	assert_int_equal(jnl_chunk_claim(fx->j, c, 8), 1);
+	assert_rc_ok(jnl_chunk_claimed(fx->j, &c[0]));
+	stale = c[0];
 	seq = node_of(fx->j, f).base_seq;
 
 	/* not a conflict: the remote is the base */
@@ -2787,6 +2791,7 @@ static void test_journal__conflict_conversion(void **state)
 		assert_int_equal(chunk_state(fx->j, f, (uint64_t)k, NULL),
 				 JNL_CHUNK_DIRTY);
 	/* the stale claim: refused, its release changes nothing */
+	assert_rc_err(jnl_chunk_claimed(fx->j, &c[0]), ENOENT);
 	assert_rc_err(jnl_node_send_begin(fx->j, f, 0, &c[0], NULL), ENOENT);
 	assert_rc_ok(jnl_chunk_release(fx->j, &c[0], true, sha));
 	assert_int_equal(chunk_state(fx->j, f, 0, NULL), JNL_CHUNK_DIRTY);
@@ -2806,10 +2811,17 @@ static void test_journal__conflict_conversion(void **state)
 	for (k = 0; k < 2; k++)
 		assert_rc_ok(jnl_op_ack(fx->j, ops[k].seq));
 	assert_rpath(fx->j, f, "f.c");
-	/* created: its chunks go out like any new file's */
+	/* created: its chunks go out like any new file's; the copy's claim
+	 * of chunk 0 is current, the one from before the conversion is not
+	 * (a flusher holding it, parked, must not write what it reads) */
 	assert_int_equal(jnl_chunk_claim(fx->j, c, 8), 4);
 	for (k = 0; k < 4; k++)
+		assert_rc_ok(jnl_chunk_claimed(fx->j, &c[k]));
+	assert_int_equal(c[0].index, stale.index);
+	assert_rc_err(jnl_chunk_claimed(fx->j, &stale), ENOENT);
+	for (k = 0; k < 4; k++)
 		assert_rc_ok(jnl_chunk_release(fx->j, &c[k], true, sha));
+	assert_rc_err(jnl_chunk_claimed(fx->j, &c[0]), ENOENT); /* released */
 	assert_rc_ok(jnl_sync(fx->j)); /* ops go out once durable */
 	assert_int_equal(jnl_ops_ready(fx->j, ops, 8), 1);
 	assert_int_equal(ops[0].type, JNL_OP_FINISH);
