@@ -1914,9 +1914,7 @@ int jnl_chunk_release(struct jnl *j, const struct jnl_chunk_ref *c, bool ok,
 	if (rc)
 		goto out_free;
 	rc = jnl_chunk_get(j, w.txn, c->id, c->index, &old);
-	if (rc == -ENOENT ||
-	    (!rc && (old.state != JNL_CHUNK_INFLIGHT ||
-		     old.claim_gen != c->generation))) {
+	if (rc == -ENOENT || (!rc && jnl_claim_stale(&old, c))) {
 		rc = 0; /* stale: truncated away, or recovered and reclaimed */
 		goto out_abort;
 	}
@@ -1976,8 +1974,7 @@ int jnl_chunk_claimed(struct jnl *j, const struct jnl_chunk_ref *c)
 		return rc;
 	rc = jnl_chunk_get(j, txn, c->id, c->index, &cr);
 	jnl_rtx_end(j);
-	if (!rc && (cr.state != JNL_CHUNK_INFLIGHT ||
-		    cr.claim_gen != c->generation))
+	if (!rc && jnl_claim_stale(&cr, c))
 		rc = -ENOENT;
 	return rc;
 }

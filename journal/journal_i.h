@@ -504,6 +504,15 @@ int jnl_node_read(struct jnl *j, MDB_txn *txn, jnl_id id,
 int jnl_node_write(struct jnl *j, MDB_txn *txn, jnl_id id,
 		   const struct jnl_nrec *n);
 /* A node may have chunks claimed: on the remote and still named. */
+/* Has claim @c of chunk record @r gone stale (no longer INFLIGHT at the
+ * generation it was claimed at: a release, a conversion, a truncate or
+ * recovery came between)? */
+static inline bool jnl_claim_stale(const struct jnl_chunk_rec *r,
+				   const struct jnl_chunk_ref *c)
+{
+	return r->state != JNL_CHUNK_INFLIGHT || r->claim_gen != c->generation;
+}
+
 static inline bool jnl_node_claimable(const struct jnl_node_rec *r)
 {
 	return !(r->flags & (JNL_NODE_LOCAL | JNL_NODE_UNLINKED));

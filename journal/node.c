@@ -1439,8 +1439,7 @@ int jnl_node_send_begin(struct jnl *j, jnl_id id, uint64_t seq,
 	rc = jnl_node_read(j, w.txn, id, n);
 	if (!rc && c) {
 		rc = jnl_chunk_get(j, w.txn, c->id, c->index, &cr);
-		if (!rc && (cr.state != JNL_CHUNK_INFLIGHT ||
-			    cr.claim_gen != c->generation))
+		if (!rc && jnl_claim_stale(&cr, c))
 			rc = -ENOENT; /* stale: a conversion took it back */
 	}
 	if (rc)
