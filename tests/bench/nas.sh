@@ -503,6 +503,19 @@ delayline_up() {
 	done
 }
 
+# the daemons nas.sh runs, in the order it starts them: NAME:COMM:NAMESPACE
+# (nas or cli)
+DAEMONS=(holder:sleep:nas rpcbind:rpcbind:nas ganesha:ganesha.nfsd:nas smbd:smbd:nas
+	iperf3:iperf3:nas delayline:delayline:cli)
+
+# daemon_do FN NAME:COMM:NS: FN NAME COMM NETNS_FILE (pid_alive, stop_pid)
+daemon_do() {
+	local name comm ns
+	IFS=: read -r name comm ns <<<"$2"
+	if [[ $ns == nas ]]; then ns=$NETNS_NAS; else ns=$NETNS_CLI; fi
+	"$1" "$name" "$comm" "$ns"
+}
+
 # --- commands ------------------------------------------------------------------------
 cmd_up() {
 	install_packages
@@ -526,13 +539,11 @@ cmd_up() {
 
 cmd_down() {
 	local purge=$1
+	local i
 	if [[ -d $PIDS ]]; then
-		stop_pid delayline delayline "$NETNS_CLI"
-		stop_pid iperf3 iperf3 "$NETNS_NAS"
-		stop_pid smbd smbd "$NETNS_NAS"
-		stop_pid ganesha ganesha.nfsd "$NETNS_NAS"
-		stop_pid rpcbind rpcbind "$NETNS_NAS"
-		stop_pid holder sleep "$NETNS_NAS"
+		for ((i = ${#DAEMONS[@]} - 1; i >= 0; i--)); do # last started first
+			daemon_do stop_pid "${DAEMONS[i]}"
+		done
 	fi
 	local ns
 	for ns in "$NS_CLI" "$NS_NAS"; do
@@ -551,17 +562,6 @@ cmd_down() {
 	say "down"
 }
 
-# the daemons nas.sh runs: NAME:COMM:NAMESPACE (nas or cli)
-DAEMONS=(holder:sleep:nas rpcbind:rpcbind:nas ganesha:ganesha.nfsd:nas smbd:smbd:nas
-	iperf3:iperf3:nas delayline:delayline:cli)
-
-# daemon_alive NAME:COMM:NS
-daemon_alive() {
-	local name comm ns
-	IFS=: read -r name comm ns <<<"$1"
-	if [[ $ns == nas ]]; then ns=$NETNS_NAS; else ns=$NETNS_CLI; fi
-	pid_alive "$name" "$comm" "$ns"
-}
 
 cmd_env() {
 	[[ -f $RUN/state && -e $NETNS_CLI ]] || die "not up (run: $PROG up)"
@@ -569,7 +569,7 @@ cmd_env() {
 	# crashed) is not up: a test that took it for up met no server.
 	local d dead=()
 	for d in "${DAEMONS[@]}"; do
-		daemon_alive "$d" || dead+=("${d%%:*}")
+		daemon_do pid_alive "$d" || dead+=("${d%%:*}")
 	done
 	((${#dead[@]} == 0)) || die "not up: ${dead[*]} not running (run: $PROG up)"
 	local v3="nfs://$NAS_IP$NFS_PSEUDO?version=3" v4="nfs://$NAS_IP$NFS_PSEUDO?version=4"
@@ -628,7 +628,7 @@ cmd_status() {
 	done
 	for v in "${DAEMONS[@]}"; do
 		name=${v%%:*}
-		if daemon_alive "$v"; then
+		if daemon_do pid_alive "$v"; then
 			printf '%-10s running, pid %s\n' "$name" "$(<"$PIDS/$name.pid")"
 		else
 			printf '%-10s NOT RUNNING\n' "$name"
