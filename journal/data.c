@@ -312,10 +312,10 @@ static int dirtyq_put(struct jnl_wtx *w, uint64_t dseq,
 	jnl_be64_put(kb, dseq);
 	if (in) {
 		w->wake = true; /* a chunk to claim */
-		return jnl_mdb(w->j, mdb_put(w->txn, w->j->db_dirtyq, &k, &v,
+		return jnl_mdb(w->j, jnl_put(w->j, w->txn, w->j->db_dirtyq, &k, &v,
 					     0));
 	}
-	return jnl_mdb(w->j, mdb_del(w->txn, w->j->db_dirtyq, &k, NULL));
+	return jnl_mdb(w->j, jnl_del(w->j, w->txn, w->j->db_dirtyq, &k, NULL));
 }
 
 /*
@@ -356,11 +356,11 @@ static int chunk_move(struct jnl_wtx *w, jnl_id id, struct jnl_nrec *n,
 	w->m_dirty = true;
 
 	if (oi && !ni)
-		rc = jnl_mdb(j, mdb_del(w->txn, j->db_inflight, &k, NULL));
+		rc = jnl_mdb(j, jnl_del(j, w->txn, j->db_inflight, &k, NULL));
 	if (!rc && ni && !oi) {
 		v.mv_size = 0;
 		v.mv_data = "";
-		rc = jnl_mdb(j, mdb_put(w->txn, j->db_inflight, &k, &v, 0));
+		rc = jnl_mdb(j, jnl_put(j, w->txn, j->db_inflight, &k, &v, 0));
 	}
 	if (!rc && oq && !(nq && nw->dseq == old->dseq))
 		rc = dirtyq_put(w, old->dseq, &key, false);
@@ -369,10 +369,10 @@ static int chunk_move(struct jnl_wtx *w, jnl_id id, struct jnl_nrec *n,
 	if (rc)
 		return rc;
 	if (!nw)
-		return jnl_mdb(j, mdb_del(w->txn, j->db_chunks, &k, NULL));
+		return jnl_mdb(j, jnl_del(j, w->txn, j->db_chunks, &k, NULL));
 	v.mv_size = sizeof(*nw);
 	v.mv_data = (void *)nw;
-	return jnl_mdb(j, mdb_put(w->txn, j->db_chunks, &k, &v, 0));
+	return jnl_mdb(j, jnl_put(j, w->txn, j->db_chunks, &k, &v, 0));
 }
 
 static int pent_cmp(const void *a, const void *b)

@@ -84,9 +84,9 @@
  *     unless a cancellation (node.c) made it UNLINKED or a fatal failure
  *     marked it JNL_NODE_ERROR (then 0); a node that is not LOCAL has
  *     create_seq = 0. A LOCAL node's nlink counts its dentries.
- *  9. A namespace change and the op that records it are in one child
- *     transaction of the batch: the merged view and the op log never
- *     disagree, in memory or after a crash.
+ *  9. A namespace change and the op that records it are one change of
+ *     the batch: the merged view and the op log never disagree, in memory
+ *     or after a crash.
  * 10. Durable mark => durable bytes (like ext4 data=ordered): the group
  *     commit fdatasyncs every staging file it has marks for before it
  *     commits them. A write is: pwrite to staging, then a mark in `pend`
@@ -111,8 +111,8 @@
  *     drops full FLUSHED chunks with no mark of a node with nops 0 and
  *     raises rvalid only over a contiguous run of them: the same holds for
  *     [0, rvalid).
- * 15. Committed changes form a prefix of the changes made: every change is
- *     a child transaction merged into the one batch, in the order of
+ * 15. Committed changes form a prefix of the changes made: every change
+ *     goes into the one batch whole or not at all, in the order of
  *     txn_lock, and the batch commits whole (BATCHES). jnl_ops_ready()
  *     hands out only ops below durable_seq (committed), so the remote is
  *     never ahead of what a crash leaves of the journal.
@@ -129,11 +129,18 @@
  * BATCHES
  *
  *   Every change goes into the batch: LMDB's one write transaction, kept
- *   open all the time (j->txn). A change is a child transaction of it
- *   (jnl_wtx_begin/commit: mdb_txn_begin with the batch as parent), so
- *   that a change that fails midway (-ENOSPC from a full map, a bad name
- *   found late) is aborted alone and "on error nothing changed" holds per
- *   call; merging a child into the batch costs no I/O. Every read reads
+ *   open all the time (j->txn). A change (jnl_wtx_begin/commit) writes
+ *   into it directly, every write through jnl_put()/jnl_del(), which log
+ *   what they replace in the undo log (j->undo) first. A change that fails
+ *   midway (a bad name found late, no memory) is undone from that log,
+ *   last write first (jnl_wtx_abort), so "on error nothing changed" holds
+ *   per call. Should the undo fail, or LMDB fail a write in a way that
+ *   leaves the transaction unusable (MDB_TXN_ERROR: a full map or dirty
+ *   list, which SPACE's reserve and batch_max keep from happening), the
+ *   batch is aborted, and the journal FAILED if other changes were in it.
+ *   (A change was an LMDB child transaction before: each malloc()s 3 MiB
+ *   of page lists, which AddressSanitizer maps and poisons anew, ~3.7 ms a
+ *   change on the CI machine.) Every read reads
  *   the batch (jnl_rtx_begin), so lookups, readdir, stats and the flusher
  *   see the journal's own uncommitted changes. All of it under txn_lock:
  *   one user of LMDB at a time, writers and readers alike; each holds it
@@ -291,6 +298,7 @@ unsigned int jnl_test_commit_ms;
 unsigned int jnl_test_env_flags;
 bool jnl_test_no_disk_room;
 bool jnl_test_sync_each;
+unsigned int jnl_test_fail_write;
 
 static _Thread_local char errmsg[512];
 
@@ -361,7 +369,7 @@ static int meta_put(struct jnl *j, MDB_txn *txn, const struct jnl_meta_rec *m)
 {
 	MDB_val k = { 4, "meta" }, v = { sizeof(*m), (void *)m };
 
-	return jnl_mdb(j, mdb_put(txn, j->db_meta, &k, &v, 0));
+	return jnl_mdb(j, jnl_put(j, txn, j->db_meta, &k, &v, 0));
 }
 
 /* Is the map down to its reserve? Counts LMDB's free pages (as mdb_stat -f
@@ -436,23 +444,184 @@ int jnl_wtx_begin(struct jnl *j, struct jnl_wtx *w, bool grow)
 	if (!rc && grow)
 		rc = map_low(j);
 	if (!rc) {
-		rc = mdb_txn_begin(j->env, j->txn, 0, &w->txn);
-		if (rc)
-			rc = jnl_mdb(j, rc);
-	}
-	if (!rc) {
+		w->txn = j->txn;
 		rc = meta_get(j, w->txn, &w->m);
-		if (rc)
-			mdb_txn_abort(w->txn);
 	}
-	if (rc)
+	if (rc) {
 		pthread_mutex_unlock(&j->txn_lock);
+		return rc;
+	}
+	j->undo.on = true;
+	j->undo.n = 0;
+	j->undo.len = 0;
+	return 0;
+}
+
+/* --- the undo log (BATCHES) --------------------------------------------- */
+
+static bool undo_logs(const struct jnl *j, const MDB_txn *txn)
+{
+	return j->undo.on && txn == j->txn;
+}
+
+/* Log that (k, v) is to be put back (@put), or k (with v: that dupsort
+ * pair) deleted. Copies both: v may point into LMDB's pages. */
+static int undo_push(struct jnl_undo *u, MDB_dbi dbi, bool put,
+		     const MDB_val *k, const MDB_val *v)
+{
+	size_t need = k->mv_size + (v ? v->mv_size : 0);
+	struct jnl_undo_ent *e;
+
+	if (u->n == u->cap) {
+		size_t cap = u->cap ? u->cap * 2 : 16;
+		struct jnl_undo_ent *ne = realloc(u->e, cap * sizeof(*ne));
+
+		if (!ne)
+			return ENOMEM;
+		u->e = ne;
+		u->cap = cap;
+	}
+	if (u->len + need > u->bcap) {
+		size_t cap = u->bcap ? u->bcap * 2 : 4096;
+		unsigned char *nb;
+
+		while (cap < u->len + need)
+			cap *= 2;
+		nb = realloc(u->buf, cap);
+		if (!nb)
+			return ENOMEM;
+		u->buf = nb;
+		u->bcap = cap;
+	}
+	e = &u->e[u->n++];
+	e->dbi = dbi;
+	e->put = put;
+	e->has_val = v != NULL;
+	e->klen = (uint32_t)k->mv_size;
+	e->vlen = v ? (uint32_t)v->mv_size : 0;
+	e->off = u->len;
+	memcpy(u->buf + u->len, k->mv_data, k->mv_size);
+	if (v && v->mv_size)
+		memcpy(u->buf + u->len + k->mv_size, v->mv_data, v->mv_size);
+	u->len += need;
+	return 0;
+}
+
+static void undo_pop(struct jnl_undo *u)
+{
+	u->len = u->e[--u->n].off;
+}
+
+/* The change is over: forget its log (a big one's memory too). */
+static void undo_end(struct jnl_undo *u)
+{
+	u->on = false;
+	u->n = 0;
+	u->len = 0;
+	if (u->bcap > (1u << 20)) {
+		free(u->buf);
+		u->buf = NULL;
+		u->bcap = 0;
+	}
+}
+
+/* jnl_test_fail_write: does this write fail? */
+static bool fail_injected(bool log)
+{
+	return log && jnl_test_fail_write && !--jnl_test_fail_write;
+}
+
+int jnl_put(struct jnl *j, MDB_txn *txn, MDB_dbi dbi, MDB_val *k, MDB_val *v,
+	    unsigned int flags)
+{
+	bool log = undo_logs(j, txn);
+	MDB_val old;
+	int rc;
+
+	if (fail_injected(log))
+		return MDB_MAP_FULL;
+	if (log && dbi == j->db_folds) {
+		if (!(flags & MDB_NODUPDATA))
+			BUG("a dupsort put without MDB_NODUPDATA cannot be "
+			    "undone");
+		rc = undo_push(&j->undo, dbi, false, k, v);
+		if (rc)
+			return rc;
+	} else if (log) {
+		rc = mdb_get(txn, dbi, k, &old);
+		if (rc && rc != MDB_NOTFOUND)
+			return rc;
+		rc = undo_push(&j->undo, dbi, !rc, k, rc ? NULL : &old);
+		if (rc)
+			return rc;
+	}
+	rc = mdb_put(txn, dbi, k, v, flags);
+	if (rc && log)
+		undo_pop(&j->undo); /* nothing written (or the batch is lost) */
 	return rc;
+}
+
+int jnl_del(struct jnl *j, MDB_txn *txn, MDB_dbi dbi, MDB_val *k, MDB_val *v)
+{
+	bool log = undo_logs(j, txn);
+	MDB_val old;
+	int rc;
+
+	if (fail_injected(log))
+		return MDB_MAP_FULL;
+	if (log && dbi == j->db_folds) {
+		if (!v)
+			BUG("a dupsort delete of all values cannot be undone");
+		rc = undo_push(&j->undo, dbi, true, k, v);
+		if (rc)
+			return rc;
+	} else if (log) {
+		rc = mdb_get(txn, dbi, k, &old);
+		if (rc) /* MDB_NOTFOUND: what mdb_del() says too */
+			return rc;
+		rc = undo_push(&j->undo, dbi, true, k, &old);
+		if (rc)
+			return rc;
+	}
+	rc = mdb_del(txn, dbi, k, v);
+	if (rc && log)
+		undo_pop(&j->undo);
+	return rc;
+}
+
+/* Put back what the open change replaced, last write first. A failure
+ * (LMDB refuses a transaction it marked failed) loses the batch. */
+static void undo_run(struct jnl *j)
+{
+	struct jnl_undo *u = &j->undo;
+	int rc = 0;
+
+	while (u->n && !rc) {
+		const struct jnl_undo_ent *e = &u->e[--u->n];
+		MDB_val k = { e->klen, u->buf + e->off };
+		MDB_val v = { e->vlen, u->buf + e->off + e->klen };
+
+		rc = e->put ? mdb_put(j->txn, e->dbi, &k, &v, 0)
+			    : mdb_del(j->txn, e->dbi, &k,
+				      e->has_val ? &v : NULL);
+	}
+	undo_end(u);
+	if (!rc)
+		return;
+	mdb_txn_abort(j->txn);
+	j->txn = NULL;
+	if (j->batch_ops) {
+		/* changes already answered went with it */
+		LOG_ERR("journal '%s': cannot undo a failed change: %s",
+			j->dir, mdb_strerror(rc));
+		jnl_fail(j, -EIO);
+	}
+	/* else nothing but this change was in it: batch_get() begins anew */
 }
 
 void jnl_wtx_abort(struct jnl_wtx *w)
 {
-	mdb_txn_abort(w->txn);
+	undo_run(w->j);
 	pthread_mutex_unlock(&w->j->txn_lock);
 }
 
@@ -493,16 +662,10 @@ int jnl_wtx_commit(struct jnl_wtx *w)
 	if (w->m_dirty)
 		rc = meta_put(j, w->txn, &w->m);
 	if (rc) {
-		mdb_txn_abort(w->txn);
-		pthread_mutex_unlock(&j->txn_lock);
+		jnl_wtx_abort(w);
 		return rc;
 	}
-	rc = mdb_txn_commit(w->txn);
-	if (rc) {
-		rc = jnl_mdb(j, rc);
-		pthread_mutex_unlock(&j->txn_lock);
-		return rc;
-	}
+	undo_end(&j->undo);
 	j->batch_ops++;
 	if (w->wake)
 		j->wake_pending = true;
@@ -1115,7 +1278,7 @@ static int init_meta(struct jnl *j, struct jnl_wtx *w,
 	w->m.next_gen = 1;
 	w->m.next_dseq = 1;
 	w->m_dirty = true;
-	rc = mdb_put(w->txn, j->db_meta, &k, &v, 0);
+	rc = jnl_put(j, w->txn, j->db_meta, &k, &v, 0);
 	if (rc)
 		return open_err(j, rc, "writing meta");
 
@@ -1159,7 +1322,7 @@ static int load_ident(struct jnl *j, MDB_txn *txn)
 	}
 	v.mv_size = sizeof(j->ident);
 	v.mv_data = &j->ident;
-	rc = mdb_put(txn, j->db_meta, &k, &v, 0);
+	rc = jnl_put(j, txn, j->db_meta, &k, &v, 0);
 	return rc ? open_err(j, rc, "writing meta") : 0;
 }
 
@@ -1385,6 +1548,8 @@ static void jnl_free(struct jnl *j)
 		close(j->datafd);
 	if (j->ptfd >= 0)
 		close(j->ptfd);
+	free(j->undo.e);
+	free(j->undo.buf);
 	jnl_u64set_free(&j->pt_ended);
 	jnl_u64set_free(&j->pt_unclean);
 	jnl_u64set_free(&j->clean_due);

@@ -6,8 +6,8 @@
  *
  * Files of the module:
  *   journal.c  design comment (invariants, chunk states, batches, space),
- *              open/close, meta, error mapping, the batch and its child
- *              transactions, group commit, sync, stats
+ *              open/close, meta, error mapping, the batch and the undo log of
+ *              its changes, group commit, sync, stats
  *   node.c     node records, dentries, the merged namespace operations
  *   data.c     staging files, the pending table, write/read/fill and the
  *              room they wait for, claim and release of chunks, giving
@@ -293,10 +293,29 @@ struct jnl_gc {
 
 /*
  * Lock order: commit_lock, then rw, then txn_lock, then lock. Every use of
- * LMDB (the batch and its child transactions) holds txn_lock.
+ * LMDB (the batch and the changes in it) holds txn_lock.
  */
 /* The two sides of jnl->names_lock. */
 enum jnl_names_side { JNL_NAMES_HOLDERS, JNL_NAMES_MOVERS };
+
+/* What the open change replaced in the batch, to put back if it fails
+ * (jnl_put(), jnl_del()): entries in the order made, key then value bytes
+ * in buf. Kept across changes (emptied, not freed). */
+struct jnl_undo_ent {
+	MDB_dbi dbi;
+	bool put;     /* undone by putting (key, value) back, else deleting */
+	bool has_val; /* a dupsort pair: delete that value only */
+	uint32_t klen, vlen;
+	size_t off; /* in buf */
+};
+
+struct jnl_undo {
+	bool on; /* a change is open: log what it writes to the batch */
+	struct jnl_undo_ent *e;
+	size_t n, cap;
+	unsigned char *buf;
+	size_t len, bcap;
+};
 
 struct jnl {
 	/* immutable after jnl_open() */
@@ -311,7 +330,7 @@ struct jnl {
 	uint32_t chunk_size;
 	unsigned int chunk_shift;
 	size_t map_pages, reserve_pages; /* LMDB map, kept for shrinking */
-	unsigned int batch_max; /* child commits per batch at most */
+	unsigned int batch_max; /* changes per batch at most */
 	uint64_t max_bytes;
 	bool disk_room;         /* bound staging by the disk's free space */
 	unsigned int wait_ms;   /* a writer waits this long for room */
@@ -329,11 +348,12 @@ struct jnl {
 	pthread_rwlock_t rw;
 
 	/* the batch: LMDB's one write transaction, open all the time, that
-	 * every change goes into (as a child transaction) and every read
-	 * reads (journal.c "BATCHES") */
+	 * every change writes into (undone from its undo log if it fails)
+	 * and every read reads (journal.c "BATCHES") */
 	pthread_mutex_t txn_lock;
 	MDB_txn *txn;          /* the batch, NULL once closed; txn_lock */
-	unsigned int batch_ops; /* child commits in it; txn_lock */
+	unsigned int batch_ops; /* changes committed in it; txn_lock */
+	struct jnl_undo undo;   /* of the open change; txn_lock */
 	uint64_t durable_seq;  /* ops below it are committed; txn_lock */
 	bool wake_pending;     /* the batch made flusher work; txn_lock */
 	struct jnl_gc gc_new;  /* clean-ups of changes in the batch; txn_lock */
@@ -446,7 +466,7 @@ static inline int jnl_failed(struct jnl *j)
 
 struct jnl_wtx {
 	struct jnl *j;
-	MDB_txn *txn;          /* a child of the batch */
+	MDB_txn *txn;          /* the batch */
 	struct jnl_meta_rec m; /* read at begin, written at commit */
 	bool m_dirty;
 	bool wake; /* made work for the flusher: notify after the commit */
@@ -455,17 +475,25 @@ struct jnl_wtx {
 			       commit, as the records take them over */
 };
 
-/* Begin a change: takes txn_lock and begins a child transaction of the
- * batch, reads meta. A @grow transaction (it may add records: namespace
+/* Begin a change: takes txn_lock, starts the batch's undo log, reads meta. A @grow transaction (it may add records: namespace
  * changes, the group commit) fails with -ENOSPC once the LMDB map is down
  * to its reserve, so that the shrinking ones (ack, claim, release) can
  * always run and free room: a full map never wedges the journal. */
 int jnl_wtx_begin(struct jnl *j, struct jnl_wtx *w, bool grow);
-/* Write meta if changed and merge the child into the batch (no I/O);
+/* Write meta if changed and keep the change in the batch (no I/O);
  * commits the batch too with w->sync or once it holds batch_max changes.
  * Releases txn_lock. On failure nothing was changed. */
 int jnl_wtx_commit(struct jnl_wtx *w);
+/* Undo the change's writes (its undo log, last first). If that fails, or
+ * LMDB left the batch unusable, the batch is aborted: the journal FAILED
+ * if it held other changes. */
 void jnl_wtx_abort(struct jnl_wtx *w);
+/* mdb_put() and mdb_del() for every write of the journal: in a change,
+ * what they replace goes to the undo log first (a dupsort database's puts
+ * need MDB_NODUPDATA, its deletes a value). LMDB's return codes. */
+int jnl_put(struct jnl *j, MDB_txn *txn, MDB_dbi dbi, MDB_val *k, MDB_val *v,
+	    unsigned int flags);
+int jnl_del(struct jnl *j, MDB_txn *txn, MDB_dbi dbi, MDB_val *k, MDB_val *v);
 /* Read the journal as it is now (the batch, with what is not committed
  * yet): takes txn_lock and gives the batch; do not write through it. End
  * with jnl_rtx_end(); no other journal call in between. */
@@ -626,7 +654,8 @@ uint64_t jnl_conflicts_count(struct jnl *j, MDB_txn *txn);
  */
 void jnl_assert_sane(struct jnl *j);
 
-/* Test hooks, read by jnl_open(): set them before opening. 0 = default. */
+/* Test hooks, read by jnl_open() (set them before opening) unless they
+ * say otherwise. 0 = default. */
 extern size_t jnl_test_map_size;        /* LMDB map size in bytes */
 extern unsigned int jnl_test_commit_ms; /* group commit period */
 extern unsigned int jnl_test_env_flags; /* more mdb_env_open() flags, e.g.
@@ -637,6 +666,9 @@ extern bool jnl_test_sync_each;        /* a commit fdatasyncs its
 extern bool jnl_test_no_disk_room;      /* do not bound staging by the
 					   journal disk's free space (so the
 					   disk's own -ENOSPC is met) */
+extern unsigned int jnl_test_fail_write; /* the Nth write of a change from
+					    now fails: MDB_MAP_FULL, nothing
+					    written (any time, 0 = never) */
 
 /* --- syscall wrappers (candidates for util/sys.h) ------------------------ */
 

@@ -117,7 +117,7 @@ int jnl_node_write(struct jnl *j, MDB_txn *txn, jnl_id id,
 	jnl_be64_put(kb, id);
 	v.mv_size = sizeof(r) + r.rname_len + r.target_len;
 	v.mv_data = buf;
-	return jnl_mdb(j, mdb_put(txn, j->db_nodes, &k, &v, 0));
+	return jnl_mdb(j, jnl_put(j, txn, j->db_nodes, &k, &v, 0));
 }
 
 int jnl_dentry_get(struct jnl *j, MDB_txn *txn, jnl_id parent,
@@ -182,8 +182,8 @@ static int fold_set(struct jnl *j, MDB_txn *txn, jnl_id parent,
 {
 	struct jnl_dkey fk = jnl_fold_key(parent, name);
 	MDB_val k = { fk.len, fk.b }, v = { strlen(name), (void *)name };
-	int rc = add ? mdb_put(txn, j->db_folds, &k, &v, MDB_NODUPDATA)
-		     : mdb_del(txn, j->db_folds, &k, &v);
+	int rc = add ? jnl_put(j, txn, j->db_folds, &k, &v, MDB_NODUPDATA)
+		     : jnl_del(j, txn, j->db_folds, &k, &v);
 
 	if (rc == (add ? MDB_KEYEXIST : MDB_NOTFOUND))
 		rc = 0;
@@ -196,7 +196,7 @@ int jnl_dentry_put(struct jnl *j, MDB_txn *txn, jnl_id parent,
 	struct jnl_dkey dk = jnl_dkey(parent, name);
 	struct jnl_dval d = { id, wseq };
 	MDB_val k = { dk.len, dk.b }, v = { sizeof(d), &d };
-	int rc = jnl_mdb(j, mdb_put(txn, j->db_dentries, &k, &v, 0));
+	int rc = jnl_mdb(j, jnl_put(j, txn, j->db_dentries, &k, &v, 0));
 
 	return rc ? rc : fold_set(j, txn, parent, name, id != 0);
 }
@@ -206,7 +206,7 @@ int jnl_dentry_del(struct jnl *j, MDB_txn *txn, jnl_id parent,
 {
 	struct jnl_dkey dk = jnl_dkey(parent, name);
 	MDB_val k = { dk.len, dk.b };
-	int rc = jnl_mdb(j, mdb_del(txn, j->db_dentries, &k, NULL));
+	int rc = jnl_mdb(j, jnl_del(j, txn, j->db_dentries, &k, NULL));
 
 	return rc ? rc : fold_set(j, txn, parent, name, false);
 }
@@ -796,7 +796,7 @@ static int import_put(struct jnl_wtx *w, const struct stat *st, jnl_id id)
 	MDB_val k = { 16, kk.b }, v = { 8, vb };
 
 	jnl_be64_put(vb, id);
-	return jnl_mdb(w->j, mdb_put(w->txn, w->j->db_imports, &k, &v, 0));
+	return jnl_mdb(w->j, jnl_put(w->j, w->txn, w->j->db_imports, &k, &v, 0));
 }
 
 /* A new node in @s overlaying the share's object @st at (@parent, @name):
@@ -1619,7 +1619,7 @@ static int conflict_record(struct jnl_wtx *w, const char *cpath)
 	total++;
 	v.mv_size = sizeof(total);
 	v.mv_data = &total;
-	rc = jnl_mdb(j, mdb_put(w->txn, j->db_meta, &k, &v, 0));
+	rc = jnl_mdb(j, jnl_put(j, w->txn, j->db_meta, &k, &v, 0));
 	if (rc)
 		return rc;
 	conflict_key(kb, total);
@@ -1627,11 +1627,11 @@ static int conflict_record(struct jnl_wtx *w, const char *cpath)
 	k.mv_data = kb;
 	v.mv_size = strlen(cpath);
 	v.mv_data = (void *)cpath;
-	rc = jnl_mdb(j, mdb_put(w->txn, j->db_meta, &k, &v, 0));
+	rc = jnl_mdb(j, jnl_put(j, w->txn, j->db_meta, &k, &v, 0));
 	if (rc || total <= JNL_CONFLICTS_KEPT)
 		return rc;
 	conflict_key(kb, total - JNL_CONFLICTS_KEPT);
-	rc = mdb_del(w->txn, j->db_meta, &k, NULL);
+	rc = jnl_del(j, w->txn, j->db_meta, &k, NULL);
 	return rc == MDB_NOTFOUND ? 0 : jnl_mdb(j, rc);
 }
 
@@ -1647,7 +1647,7 @@ static int import_del(struct jnl_wtx *w, uint64_t dev, uint64_t ino, jnl_id id)
 		return jnl_mdb(w->j, rc);
 	if (v.mv_size != 8 || jnl_be64_get(v.mv_data) != id)
 		return 0; /* another node's */
-	return jnl_mdb(w->j, mdb_del(w->txn, w->j->db_imports, &k, NULL));
+	return jnl_mdb(w->j, jnl_del(w->j, w->txn, w->j->db_imports, &k, NULL));
 }
 
 /*

@@ -208,7 +208,7 @@ int jnl_op_append(struct jnl_wtx *w, const struct jnl_orec *o, uint64_t *seq)
 	w->m_dirty = true;
 	w->wake = true; /* an op to replay */
 	jnl_be64_put(kb, *seq);
-	rc = jnl_mdb(w->j, mdb_put(w->txn, w->j->db_ops, &k, &v,
+	rc = jnl_mdb(w->j, jnl_put(w->j, w->txn, w->j->db_ops, &k, &v,
 				   MDB_NOOVERWRITE));
 	return rc ? rc : nops_add(w, &r, 1);
 }
@@ -220,7 +220,7 @@ int jnl_op_delete(struct jnl_wtx *w, const struct jnl_orec *o)
 	int rc;
 
 	jnl_be64_put(kb, o->seq);
-	rc = jnl_mdb(w->j, mdb_del(w->txn, w->j->db_ops, &k, NULL));
+	rc = jnl_mdb(w->j, jnl_del(w->j, w->txn, w->j->db_ops, &k, NULL));
 	if (rc)
 		return rc;
 	w->m.pending_ops--;

@@ -546,6 +546,152 @@ static void test_journal__map_full_is_enospc(void **state)
 				&(struct jnl_node){ .mode = 0600 }, &id));
 }
 
+/* Every record of every database, as one byte string (for equality). */
+static unsigned char *lmdb_dump(struct jnl *j, size_t *len)
+{
+	MDB_dbi dbis[] = { j->db_meta,     j->db_nodes,   j->db_dentries,
+			   j->db_chunks,   j->db_dirtyq,  j->db_inflight,
+			   j->db_ops,      j->db_imports, j->db_folds };
+	unsigned char *buf = NULL;
+	size_t cap = 0;
+	MDB_txn *txn;
+
+	*len = 0;
+	assert_rc_ok(jnl_rtx_begin(j, &txn));
+	for (size_t i = 0; i < sizeof(dbis) / sizeof(dbis[0]); i++) {
+		MDB_cursor *c;
+		MDB_val k, v;
+		int rc;
+
+		assert_int_equal(mdb_cursor_open(txn, dbis[i], &c), 0);
+		for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); !rc;
+		     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+			size_t need = *len + 2 * sizeof(size_t) + k.mv_size +
+				      v.mv_size + 1;
+
+			if (need > cap) {
+				cap = need * 2;
+				buf = realloc(buf, cap);
+				assert_non_null(buf);
+			}
+			buf[(*len)++] = (unsigned char)i;
+			memcpy(buf + *len, &k.mv_size, sizeof(size_t));
+			*len += sizeof(size_t);
+			memcpy(buf + *len, &v.mv_size, sizeof(size_t));
+			*len += sizeof(size_t);
+			memcpy(buf + *len, k.mv_data, k.mv_size);
+			*len += k.mv_size;
+			memcpy(buf + *len, v.mv_data, v.mv_size);
+			*len += v.mv_size;
+		}
+		assert_int_equal(rc, MDB_NOTFOUND);
+		mdb_cursor_close(c);
+	}
+	jnl_rtx_end(j);
+	return buf;
+}
+
+/* Step @i of test_journal__failed_change_is_undone: one journal call. */
+static int undo_step(struct jnl *j, int i)
+{
+	static char data[3 * CS];
+	static uint64_t seq;
+	struct jnl_node a = attr(S_IFREG | 0644);
+	struct jnl_op op;
+	jnl_id d, f, id;
+	bool wh;
+	int rc;
+
+	switch (i) {
+	case 0:
+		return jnl_mkdir(j, JNL_ROOT, "d", &(struct jnl_node){ .mode = 0755 },
+				 &id);
+	case 1:
+		rc = jnl_lookup(j, JNL_ROOT, "d", &d, &wh);
+		return rc ? rc : jnl_create(j, d, "f", &a, &id);
+	case 2:
+		return jnl_create(j, JNL_ROOT, "g", &a, &id);
+	case 3: /* marks: the group commit's change */
+		rc = jnl_lookup(j, JNL_ROOT, "g", &f, &wh);
+		if (!rc)
+			rc = jnl_write(j, f, data, sizeof(data), 0) < 0;
+		return rc ? -EIO : jnl_sync(j);
+	case 4: /* a truncate drops chunks */
+		rc = jnl_lookup(j, JNL_ROOT, "g", &f, &wh);
+		a.size = CS / 2;
+		return rc ? rc : jnl_setattr(j, f, JNL_SET_SIZE, &a);
+	case 5:
+		rc = jnl_lookup(j, JNL_ROOT, "g", &f, &wh);
+		return rc ? rc : jnl_link(j, f, JNL_ROOT, "g2");
+	case 6:
+		return jnl_symlink(j, JNL_ROOT, "s", "d/f", &a, &id);
+	case 7: /* over a file: the target goes */
+		rc = jnl_lookup(j, JNL_ROOT, "d", &d, &wh);
+		return rc ? rc : jnl_rename(j, d, "f", JNL_ROOT, "g2", 0);
+	case 8: /* a symlink and a directory */
+		return jnl_rename(j, JNL_ROOT, "s", JNL_ROOT, "d",
+				  RENAME_EXCHANGE);
+	case 9:
+		return jnl_unlink(j, JNL_ROOT, "g");
+	case 10: /* an op handed out stays so until it is acked */
+		if (!seq) {
+			rc = jnl_ops_ready(j, &op, 1);
+			if (rc <= 0)
+				return rc ? rc : -ENODATA;
+			seq = op.seq;
+		}
+		rc = jnl_op_ack(j, seq);
+		if (!rc)
+			seq = 0;
+		return rc;
+	case 11:
+		return jnl_rename(j, JNL_ROOT, "d", JNL_ROOT, "e", 0);
+	}
+	return -ENODATA;
+}
+
+/* A change that fails at any of its writes changed nothing (the undo log,
+ * journal.c "BATCHES"); the journal goes on. */
+static void test_journal__failed_change_is_undone(void **state)
+{
+	struct fx *fx = *state;
+	int fails = 0;
+
+	for (int i = 0; undo_step(fx->j, -1) == -ENODATA && i < 12; i++) {
+		for (unsigned int n = 1;; n++) {
+			unsigned char *before, *after;
+			size_t blen, alen;
+			int rc;
+
+			assert_rc_ok(jnl_sync(fx->j));
+			before = lmdb_dump(fx->j, &blen);
+			jnl_test_fail_write = n;
+			rc = undo_step(fx->j, i);
+			if (!jnl_test_fail_write) { /* the n-th write failed */
+				assert_rc_err(rc, ENOSPC);
+				assert_int_equal(jnl_failed(fx->j), 0);
+				after = lmdb_dump(fx->j, &alen);
+				assert_int_equal(alen, blen);
+				assert_memory_equal(after, before, blen);
+				free(after);
+				jnl_assert_sane(fx->j);
+				fails++;
+			}
+			jnl_test_fail_write = 0;
+			free(before);
+			if (!rc)
+				break; /* fewer than n writes: done */
+			if (n >= 1000)
+				print_message("step %d: %d\n", i, rc);
+			assert_true(n < 1000);
+		}
+		jnl_assert_sane(fx->j);
+	}
+	assert_true(fails > 30);
+	print_message("failed_change_is_undone: %d failed changes undone\n",
+		      fails);
+}
+
 static void test_journal__lmdb_errors_map_to_errno(void **state)
 {
 	(void)state;
@@ -2900,6 +3046,7 @@ int main(void)
 		T(test_journal__garbage_lmdb_is_eproto),
 		T(test_journal__foreign_format_is_eproto),
 		T(test_journal__map_full_is_enospc),
+		T(test_journal__failed_change_is_undone),
 		T(test_journal__max_bytes_is_enospc),
 		T(test_journal__lmdb_errors_map_to_errno),
 		T(test_journal__eio_is_sticky),
