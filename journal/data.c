@@ -2213,6 +2213,65 @@ out_free:
 	return rc == 1 ? 0 : rc;
 }
 
+int jnl_sweep(struct jnl *j, jnl_id *from)
+{
+	struct jnl_key16 key = jnl_key16(*from, 0);
+	MDB_val k = { 16, key.b }, v;
+	jnl_id ids[64], next = *from;
+	struct jnl_nrec *n;
+	size_t count = 0;
+	MDB_cursor *c;
+	MDB_txn *txn;
+	int rc, g, looked = 0;
+
+	n = malloc(sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	rc = jnl_rtx_begin(j, &txn);
+	if (rc)
+		goto out_free;
+	g = mdb_cursor_open(txn, j->db_chunks, &c);
+	if (!g)
+		g = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+	/* one node read per node with chunk records, the next found by key:
+	 * (id + 1, 0) */
+	while (!g && count < 64 && looked++ < 256) {
+		jnl_id id = jnl_be64_get(k.mv_data);
+
+		rc = jnl_node_read(j, txn, id, n);
+		if (rc)
+			break;
+		if (!clean_ok(n))
+			ids[count++] = id;
+		next = id + 1;
+		key = jnl_key16(next, 0);
+		k.mv_size = 16;
+		k.mv_data = key.b;
+		g = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+	}
+	if (c)
+		mdb_cursor_close(c);
+	jnl_rtx_end(j);
+	if (!rc && g && g != MDB_NOTFOUND)
+		rc = jnl_mdb(j, g);
+	if (rc)
+		goto out_free;
+	*from = g == MDB_NOTFOUND ? 0 : next;
+	for (size_t i = 0; i < count; i++) {
+		int r = jnl_node_clean(j, ids[i]);
+
+		if (r == -EIO) {
+			rc = r;
+			break;
+		}
+	}
+	if (!rc)
+		rc = (int)count;
+out_free:
+	free(n);
+	return rc;
+}
+
 int jnl_node_refresh(struct jnl *j, jnl_id id, const struct stat *st)
 {
 	struct jnl_nrec *n = malloc(sizeof(*n));

@@ -110,7 +110,10 @@
  *     held are read there (and partial writes fill first). drop_flushed()
  *     drops full FLUSHED chunks with no mark of a node with nops 0 and
  *     raises rvalid only over a contiguous run of them: the same holds for
- *     [0, rvalid).
+ *     [0, rvalid). The flusher cleans a node after each ack of its ops,
+ *     in a change of its own; a kill in between leaves a node that could
+ *     be cleaned and is not, so the committer, idle after an open, sweeps
+ *     every node with chunk records once (jnl_sweep()).
  * 15. Committed changes form a prefix of the changes made: every change
  *     goes into the one batch whole or not at all, in the order of
  *     txn_lock, and the batch commits whole (BATCHES). jnl_ops_ready()
@@ -1089,6 +1092,21 @@ static void *committer(void *arg)
 			pthread_mutex_lock(&j->lock);
 			continue;
 		}
+		if (!j->pend.used && !j->dirty && !j->unsynced &&
+		    j->sweep_next) {
+			/* nothing else to do: a slice of the sweep */
+			jnl_id from = j->sweep_next;
+			int rc;
+
+			pthread_mutex_unlock(&j->lock);
+			rc = jnl_sweep(j, &from);
+			if (rc < 0 && rc != -EIO)
+				LOG_WARN("journal '%s': cannot look for nodes "
+					 "to clean: %s", j->dir, strerror(-rc));
+			pthread_mutex_lock(&j->lock);
+			j->sweep_next = rc < 0 ? 0 : from;
+			continue;
+		}
 		if (!j->pend.used && !j->dirty && !j->unsynced) {
 			pthread_cond_wait(&j->cond, &j->lock);
 			continue;
@@ -1631,6 +1649,7 @@ int jnl_open(const char *dir, const struct jnl_config *cfg, unsigned int flags,
 	rc = open_dirs(j, flags, &creating);
 	if (!rc)
 		rc = open_env(j, creating, flags, cfg, chunk);
+	j->sweep_next = JNL_ROOT; /* once after every open */
 	if (!rc) {
 		rc = -pthread_create(&j->thread, NULL, committer, j);
 		if (rc)

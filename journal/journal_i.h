@@ -353,6 +353,7 @@ struct jnl {
 	pthread_mutex_t txn_lock;
 	MDB_txn *txn;          /* the batch, NULL once closed; txn_lock */
 	unsigned int batch_ops; /* changes committed in it; txn_lock */
+	jnl_id sweep_next;      /* jnl_sweep()'s next id, 0: done; lock */
 	struct jnl_undo undo;   /* of the open change; txn_lock */
 	uint64_t durable_seq;  /* ops below it are committed; txn_lock */
 	bool wake_pending;     /* the batch made flusher work; txn_lock */
@@ -524,6 +525,14 @@ void jnl_room_signal(struct jnl *j);
  * durable, unless the journal holds them again by then (jnl_gc_run()
  * checks). txn_lock held (inside a change). 0 or -ENOMEM. */
 int jnl_gc_add(struct jnl *j, jnl_id id, uint64_t first, uint64_t count);
+
+/* One slice of the sweep after open (the committer, when idle): cleans the
+ * nodes from id *from on that hold chunk records with nothing pending (a
+ * kill between a file's FINISH ack and the flusher's jnl_node_clean() left
+ * them so, their flushed staging held). Looks at 256 such nodes at most;
+ * *from becomes the next id, 0 once all were seen. The nodes cleaned, or
+ * -errno. */
+int jnl_sweep(struct jnl *j, jnl_id *from);
 
 /* --- nodes (node.c) -------------------------------------------------------- */
 

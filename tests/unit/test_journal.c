@@ -1472,6 +1472,46 @@ static jnl_id flushable_file(struct fx *fx, const char *name, int chunks)
 
 static const unsigned char sha[32] = { 1, 2, 3 };
 
+/* A kill between a file's FINISH ack and the flusher's clean leaves its
+ * flushed staging held: the sweep after the next open cleans it, and
+ * only it. */
+static void test_journal__sweep_after_open_cleans_flushed_nodes(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_chunk_ref c[8];
+	jnl_id f[3], keep;
+	int n, i;
+
+	for (i = 0; i < 3; i++) {
+		char name[8];
+
+		snprintf(name, sizeof(name), "f%d", i);
+		f[i] = flushable_file(fx, name, 2);
+	}
+	n = jnl_chunk_claim(fx->j, c, 8);
+	assert_int_equal(n, 6);
+	for (i = 0; i < n; i++)
+		assert_rc_ok(jnl_chunk_release(fx->j, &c[i], true, sha));
+	assert_rc_ok(jnl_sync(fx->j));
+	ack_everything(fx->j); /* the FINISHes: no jnl_node_clean() */
+	keep = flushable_file(fx, "pending", 1); /* DIRTY: stays */
+	assert_rc_ok(jnl_sync(fx->j));
+	assert_int_equal(stats(fx->j).staging_bytes, 7 * CS);
+	assert_int_equal(chunk_state(fx->j, f[1], 0, NULL),
+			 JNL_CHUNK_FLUSHED);
+
+	reopen(fx);
+	for (i = 0; i < 100 && stats(fx->j).staging_bytes != CS; i++)
+		usleep(20 * 1000); /* stats() syncs: the staging goes */
+	print_message("sweep: staging %" PRIu64 " bytes after %d ms\n",
+		      stats(fx->j).staging_bytes, i * 20);
+	assert_int_equal(stats(fx->j).staging_bytes, CS);
+	for (i = 0; i < 3; i++)
+		assert_int_equal(chunk_state(fx->j, f[i], 0, NULL), 0);
+	assert_int_equal(chunk_state(fx->j, keep, 0, NULL), JNL_CHUNK_DIRTY);
+	jnl_assert_sane(fx->j);
+}
+
 static void test_journal__chunk_state_machine(void **state)
 {
 	struct fx *fx = *state;
@@ -3059,6 +3099,7 @@ int main(void)
 		T(test_journal__write_read_local),
 		T(test_journal__imported_partial_write_needs_fill),
 		T(test_journal__chunk_state_machine),
+		T(test_journal__sweep_after_open_cleans_flushed_nodes),
 		T(test_journal__hungry_commits_a_filled_chunk),
 		T(test_journal__hungry_commits_the_flushers_own_work),
 		T(test_journal__write_while_inflight_stays_dirty),
