@@ -528,68 +528,56 @@ static void undo_end(struct jnl_undo *u)
 	}
 }
 
-/* jnl_test_fail_write: does this write fail? */
-static bool fail_injected(bool log)
+/* Log, before a write of (k, v) (@del: a delete) in the open change, what
+ * undoes it. A dupsort pair: deleting it or putting it back; else the
+ * record it replaces, or deleting what it adds. */
+static int undo_before(struct jnl *j, MDB_dbi dbi, MDB_val *k, MDB_val *v,
+		       bool del)
 {
-	return log && jnl_test_fail_write && !--jnl_test_fail_write;
+	MDB_val old;
+	int rc;
+
+	if (dbi == j->db_folds)
+		return undo_push(&j->undo, dbi, del, k, v);
+	rc = mdb_get(j->txn, dbi, k, &old);
+	if (rc == MDB_NOTFOUND && !del)
+		return undo_push(&j->undo, dbi, false, k, NULL);
+	/* MDB_NOTFOUND for a delete: what mdb_del() says too */
+	return rc ? rc : undo_push(&j->undo, dbi, true, k, &old);
+}
+
+static int write_logged(struct jnl *j, MDB_txn *txn, MDB_dbi dbi, MDB_val *k,
+			MDB_val *v, unsigned int flags, bool del)
+{
+	bool log = undo_logs(j, txn);
+	int rc;
+
+	if (!log)
+		return del ? mdb_del(txn, dbi, k, v)
+			   : mdb_put(txn, dbi, k, v, flags);
+	if (jnl_test_fail_write && !--jnl_test_fail_write)
+		return MDB_MAP_FULL;
+	if (dbi == j->db_folds && (del ? !v : !(flags & MDB_NODUPDATA)))
+		BUG("a dupsort write that cannot be undone (a put without "
+		    "MDB_NODUPDATA, or a delete of all values)");
+	rc = undo_before(j, dbi, k, v, del);
+	if (rc)
+		return rc;
+	rc = del ? mdb_del(txn, dbi, k, v) : mdb_put(txn, dbi, k, v, flags);
+	if (rc)
+		undo_pop(&j->undo); /* nothing written (or the batch is lost) */
+	return rc;
 }
 
 int jnl_put(struct jnl *j, MDB_txn *txn, MDB_dbi dbi, MDB_val *k, MDB_val *v,
 	    unsigned int flags)
 {
-	bool log = undo_logs(j, txn);
-	MDB_val old;
-	int rc;
-
-	if (fail_injected(log))
-		return MDB_MAP_FULL;
-	if (log && dbi == j->db_folds) {
-		if (!(flags & MDB_NODUPDATA))
-			BUG("a dupsort put without MDB_NODUPDATA cannot be "
-			    "undone");
-		rc = undo_push(&j->undo, dbi, false, k, v);
-		if (rc)
-			return rc;
-	} else if (log) {
-		rc = mdb_get(txn, dbi, k, &old);
-		if (rc && rc != MDB_NOTFOUND)
-			return rc;
-		rc = undo_push(&j->undo, dbi, !rc, k, rc ? NULL : &old);
-		if (rc)
-			return rc;
-	}
-	rc = mdb_put(txn, dbi, k, v, flags);
-	if (rc && log)
-		undo_pop(&j->undo); /* nothing written (or the batch is lost) */
-	return rc;
+	return write_logged(j, txn, dbi, k, v, flags, false);
 }
 
 int jnl_del(struct jnl *j, MDB_txn *txn, MDB_dbi dbi, MDB_val *k, MDB_val *v)
 {
-	bool log = undo_logs(j, txn);
-	MDB_val old;
-	int rc;
-
-	if (fail_injected(log))
-		return MDB_MAP_FULL;
-	if (log && dbi == j->db_folds) {
-		if (!v)
-			BUG("a dupsort delete of all values cannot be undone");
-		rc = undo_push(&j->undo, dbi, true, k, v);
-		if (rc)
-			return rc;
-	} else if (log) {
-		rc = mdb_get(txn, dbi, k, &old);
-		if (rc) /* MDB_NOTFOUND: what mdb_del() says too */
-			return rc;
-		rc = undo_push(&j->undo, dbi, true, k, &old);
-		if (rc)
-			return rc;
-	}
-	rc = mdb_del(txn, dbi, k, v);
-	if (rc && log)
-		undo_pop(&j->undo);
-	return rc;
+	return write_logged(j, txn, dbi, k, v, 0, true);
 }
 
 /* Put back what the open change replaced, last write first. A failure
