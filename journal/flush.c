@@ -1510,6 +1510,15 @@ static int replay_attrs(struct stream *s, const struct jnl_op *op,
 			return rc;
 		}
 		n = &now;
+		if (op->type == JNL_OP_FINISH && (n->flags & JNL_NODE_DATA)) {
+			/* written again since: that data's own FINISH
+			 * follows its last chunk (journal.c invariant 13),
+			 * and this one's size, set now, would put the new
+			 * holes below the remote's end, where the chunks
+			 * write their zeros (write_sparse()) */
+			ungate(s);
+			return 0;
+		}
 	}
 	if (op->type == JNL_OP_FINISH)
 		handle_drop(s, n->id); /* nothing touches it after the times */
