@@ -762,7 +762,10 @@ int jnl_stats(struct jnl *j, struct jnl_stats *out);
  *   SETATTR  the op's attributes from jnl_node_get(); a size change of a
  *            regular file also sets atime/mtime (no FINISH may follow)
  *   FINISH   size, mode, owner (when root), atime, mtime of the node: the
- *            remote mtime is what the application saw, not the flush time
+ *            remote mtime is what the application saw, not the flush time;
+ *            nothing if the node has data not flushed by then (written
+ *            again: that data's FINISH follows, and a size set first
+ *            would put its holes below the remote's end, written as zeros)
  * SETATTR with a size and FINISH wait until no stream is writing a chunk
  * of the node, keep streams from starting one until they are applied, and
  * take the size after that wait (so a file still being written, whose
