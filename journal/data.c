@@ -312,10 +312,11 @@ static int dirtyq_put(struct jnl_wtx *w, uint64_t dseq,
 	jnl_be64_put(kb, dseq);
 	if (in) {
 		w->wake = true; /* a chunk to claim */
-		return jnl_mdb(w->j, jnl_put(w->j, w->txn, w->j->db_dirtyq, &k, &v,
-					     0));
+		return jnl_mdb(w->j, jnl_put(w->j, w->txn, w->j->db_dirtyq,
+					     &k, &v, 0));
 	}
-	return jnl_mdb(w->j, jnl_del(w->j, w->txn, w->j->db_dirtyq, &k, NULL));
+	return jnl_mdb(w->j,
+		       jnl_del(w->j, w->txn, w->j->db_dirtyq, &k, NULL));
 }
 
 /*
@@ -2220,7 +2221,7 @@ int jnl_sweep(struct jnl *j, jnl_id *from)
 	jnl_id ids[64], next = *from;
 	struct jnl_nrec *n;
 	size_t count = 0;
-	MDB_cursor *c;
+	MDB_cursor *c = NULL;
 	MDB_txn *txn;
 	int rc, g, looked = 0;
 

@@ -454,9 +454,7 @@ int jnl_wtx_begin(struct jnl *j, struct jnl_wtx *w, bool grow)
 		pthread_mutex_unlock(&j->txn_lock);
 		return rc;
 	}
-	j->undo.on = true;
-	j->undo.n = 0;
-	j->undo.len = 0;
+	j->undo.on = true; /* empty: undo_end() emptied it */
 	return 0;
 }
 
@@ -1080,12 +1078,15 @@ static void *committer(void *arg)
 			pthread_mutex_lock(&j->lock);
 			continue;
 		}
-		if (!j->pend.used && !j->dirty && !j->unsynced &&
-		    j->sweep_next) {
-			/* nothing else to do: a slice of the sweep */
+		if (!j->pend.used && !j->dirty && !j->unsynced) {
+			/* nothing else to do: a slice of the sweep, or wait */
 			jnl_id from = j->sweep_next;
 			int rc;
 
+			if (!from) {
+				pthread_cond_wait(&j->cond, &j->lock);
+				continue;
+			}
 			pthread_mutex_unlock(&j->lock);
 			rc = jnl_sweep(j, &from);
 			if (rc < 0 && rc != -EIO)
@@ -1093,10 +1094,6 @@ static void *committer(void *arg)
 					 "to clean: %s", j->dir, strerror(-rc));
 			pthread_mutex_lock(&j->lock);
 			j->sweep_next = rc < 0 ? 0 : from;
-			continue;
-		}
-		if (!j->pend.used && !j->dirty && !j->unsynced) {
-			pthread_cond_wait(&j->cond, &j->lock);
 			continue;
 		}
 		clock_gettime(CLOCK_MONOTONIC, &until);

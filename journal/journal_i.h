@@ -476,8 +476,9 @@ struct jnl_wtx {
 			       commit, as the records take them over */
 };
 
-/* Begin a change: takes txn_lock, starts the batch's undo log, reads meta. A @grow transaction (it may add records: namespace
- * changes, the group commit) fails with -ENOSPC once the LMDB map is down
+/* Begin a change: takes txn_lock, starts the batch's undo log, reads meta.
+ * A @grow transaction (it may add records: namespace changes, the group
+ * commit) fails with -ENOSPC once the LMDB map is down
  * to its reserve, so that the shrinking ones (ack, claim, release) can
  * always run and free room: a full map never wedges the journal. */
 int jnl_wtx_begin(struct jnl *j, struct jnl_wtx *w, bool grow);

@@ -596,8 +596,8 @@ static int undo_step(struct jnl *j, int i)
 
 	switch (i) {
 	case 0:
-		return jnl_mkdir(j, JNL_ROOT, "d", &(struct jnl_node){ .mode = 0755 },
-				 &id);
+		a = attr(0755);
+		return jnl_mkdir(j, JNL_ROOT, "d", &a, &id);
 	case 1:
 		rc = jnl_lookup(j, JNL_ROOT, "d", &d, &wh);
 		return rc ? rc : jnl_create(j, d, "f", &a, &id);
@@ -649,7 +649,7 @@ static void test_journal__failed_change_is_undone(void **state)
 	struct fx *fx = *state;
 	int fails = 0;
 
-	for (int i = 0; undo_step(fx->j, -1) == -ENODATA && i < 12; i++) {
+	for (int i = 0; i < 12; i++) {
 		for (unsigned int n = 1;; n++) {
 			unsigned char *before, *after;
 			size_t blen, alen;
