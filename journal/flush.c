@@ -745,7 +745,18 @@ static ssize_t write_sparse(struct rmt_file *rf,
 	struct stat st;
 	ssize_t got;
 
-	if (rmt_file_stat(rf, &st) < 0 || (uint64_t)off + n <= (uint64_t)st.st_size)
+	/* no block of zeros: nothing to leave out, and the remote's size
+	 * (a round trip) does not matter */
+	for (pos = 0; pos < n; pos += run) {
+		run = SPARSE_BLOCK - (size_t)((uint64_t)(off + (off_t)pos) %
+					      SPARSE_BLOCK);
+		if (run > n - pos)
+			run = n - pos;
+		if (run == SPARSE_BLOCK && all_zero(buf + pos, run))
+			break;
+	}
+	if (pos >= n || rmt_file_stat(rf, &st) < 0 ||
+	    (uint64_t)off + n <= (uint64_t)st.st_size)
 		return rmt_file_pwrite(rf, buf, n, off);
 	if (st.st_size > off)
 		head = (size_t)(st.st_size - off);
@@ -1378,15 +1389,20 @@ static int replay_create(struct stream *s, const struct jnl_node *n)
 	struct stat st;
 	int rc, rc2;
 
-	if (!f->root && (n->flags & JNL_NODE_DATA))
-		sa.mode |= S_IWUSR; /* data follows; FINISH sets the mode */
+	if (n->flags & JNL_NODE_DATA) {
+		/* data follows, and its FINISH sets mode, owner and times;
+		 * the share's owner (the agent's) is given now */
+		if (!f->root)
+			sa.mode |= S_IWUSR;
+		sa.set &= agent_gives_owner(s) ? owner_bits(s) : 0;
+	}
 	if (S_ISREG(n->mode)) {
 		/* truncating is safe: journal.h, "Op replay" */
 		rc = rmt_file_open(s->r, s->path, O_WRONLY | O_CREAT | O_TRUNC,
-				   n->mode & 07777, &rf);
+				   sa.mode, &rf);
 		if (rc)
 			return rc;
-		rc = rmt_setattr(s->r, NULL, rf, &sa);
+		rc = sa.set ? rmt_setattr(s->r, NULL, rf, &sa) : 0;
 		rc2 = rmt_file_close(rf);
 		return rc ? rc : rc2;
 	}
@@ -1482,6 +1498,14 @@ static int replay_attrs(struct stream *s, const struct jnl_op *op,
 	 * owner, which the share makes a no-op: fs/wb.c refuses others) */
 	if (agent_gives_owner(s))
 		set &= ~(unsigned int)(RMT_SET_UID | RMT_SET_GID);
+	/* a file with data not flushed yet: its FINISH follows its last
+	 * chunk (journal.c invariant 13) and sets every attribute but the
+	 * size, as the node has them then; a SETATTR without a size is
+	 * left to it (cp -p, tar and rsync set times, mode and owner of
+	 * each file they write: a remote call or three each, for nothing) */
+	if (op->type == JNL_OP_SETATTR && !(set & RMT_SET_SIZE) &&
+	    (n->flags & JNL_NODE_DATA))
+		return 0;
 	if (!set)
 		return 0;
 	if (S_ISREG(n->mode) && (set & (RMT_SET_SIZE | RMT_SET_MTIME))) {

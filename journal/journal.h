@@ -745,7 +745,9 @@ int jnl_stats(struct jnl *j, struct jnl_stats *out);
  * Op replay is idempotent, since a crash may replay an op the remote has:
  *   MKDIR    EEXIST with a directory there is done; then mode (and owner
  *            when running as root)
- *   CREATE   open O_CREAT|O_TRUNC (no O_EXCL), then mode, owner, times.
+ *   CREATE   open O_CREAT|O_TRUNC (no O_EXCL), then mode, owner, times
+ *            (none of them if the node has data not flushed: its FINISH
+ *            sets them; but the share's owner, with ferry-agent).
  *            Truncating is safe: chunks of a node are claimed only after
  *            its create is acknowledged, so a replayed create (never
  *            acknowledged) had no data sent yet; it also clears what an
@@ -760,7 +762,9 @@ int jnl_stats(struct jnl *j, struct jnl_stats *out);
  *            from not done: replayed after a crash between the remote
  *            rename and its acknowledgement, it swaps back (not handled)
  *   SETATTR  the op's attributes from jnl_node_get(); a size change of a
- *            regular file also sets atime/mtime (no FINISH may follow)
+ *            regular file also sets atime/mtime (no FINISH may follow);
+ *            nothing without a size change if the node has data not
+ *            flushed: the FINISH after its last chunk sets them
  *   FINISH   size, mode, owner (when root), atime, mtime of the node: the
  *            remote mtime is what the application saw, not the flush time;
  *            nothing if the node has data not flushed by then (written

@@ -962,6 +962,66 @@ static void test_flush__finish_of_a_rewritten_file_keeps_holes(void **state)
 	free(want);
 }
 
+/* The remote calls of flushing one small file made with @setattrs
+ * SETATTRs after its data (cp -p, tar): the flusher runs until it is
+ * all on the remote. */
+static uint64_t small_file_calls(struct fx *fx, const char *name,
+				 bool setattrs)
+{
+	struct jnl_flush_config c = config(fx, 1, NULL);
+	struct jnl_flush_stats s0, s1;
+	struct jnl_node a = attr(0);
+	jnl_id f;
+
+	assert_rc_ok(jnl_flusher_start(fx->j, &c, &fx->fl));
+	assert_rc_ok(jnl_flusher_wait(fx->fl, 30000));
+	s0 = fstats(fx->fl);
+	f = mk_file(fx->j, JNL_ROOT, name, 0600);
+	assert_int_equal(jnl_write(fx->j, f, "small", 5, 0), 5);
+	if (setattrs) {
+		a.mode = 0640;
+		assert_rc_ok(jnl_setattr(fx->j, f, JNL_SET_MODE, &a));
+		a.atime.tv_sec = a.mtime.tv_sec = 1000000000;
+		a.atime.tv_nsec = a.mtime.tv_nsec = 123456789;
+		assert_rc_ok(jnl_setattr(fx->j, f,
+					 JNL_SET_ATIME | JNL_SET_MTIME, &a));
+		assert_rc_ok(jnl_setattr(fx->j, f, JNL_SET_UID | JNL_SET_GID,
+					 &a));
+	}
+	assert_rc_ok(jnl_sync(fx->j));
+	assert_rc_ok(jnl_flusher_wait(fx->fl, 30000));
+	s1 = fstats(fx->fl);
+	assert_int_equal(s1.errors, 0);
+	assert_int_equal(s1.failed_ops, 0);
+	jnl_flusher_stop(fx->fl);
+	fx->fl = NULL;
+	return s1.stream[0].remote_ops - s0.stream[0].remote_ops;
+}
+
+static void test_flush__setattrs_before_the_data_cost_nothing(void **state)
+{
+	struct fx *fx = *state;
+	uint64_t plain = small_file_calls(fx, "plain", false);
+	uint64_t set = small_file_calls(fx, "set", true);
+	char p[PATH_MAX];
+	struct stat st;
+
+	print_message("remote calls to flush a small file: %" PRIu64
+		      ", with a chmod, utimens and chown after its write: %"
+		      PRIu64 "\n", plain, set);
+	assert_true(plain > 0);
+	/* the FINISH after its data sets them all at once */
+	assert_int_equal(set, plain);
+	host_path(p, sizeof(p), fx, "set");
+	assert_int_equal(lstat(p, &st), 0);
+	assert_int_equal(st.st_size, 5);
+	assert_int_equal(st.st_mode & 07777, 0640);
+	assert_int_equal(st.st_mtim.tv_sec, 1000000000);
+	assert_int_equal(st.st_mtim.tv_nsec, 123456789);
+	assert_int_equal(st.st_uid, 1000);
+	assert_int_equal(st.st_gid, 100);
+}
+
 /* The child of a crash round: flush until killed. */
 static void crash_child(struct fx *fx)
 {
@@ -1847,6 +1907,7 @@ int main(void)
 		T(test_flush__fault_switch),
 		T(test_flush__write_while_in_flight_sends_the_latest),
 		T(test_flush__finish_of_a_rewritten_file_keeps_holes),
+		T(test_flush__setattrs_before_the_data_cost_nothing),
 		T(test_flush__bwlimit_caps_all_streams),
 		T(test_flush__pause_and_stop_put_chunks_back),
 		T(test_flush__crash_resumes_at_the_chunk),
