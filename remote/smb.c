@@ -807,11 +807,14 @@ static int w_open(struct worker *w, const char *url, int flags,
 	}
 	if (!fh)
 		return -errno;
-	if (smbc_getFunctionFstat(w->ctx)(w->ctx, fh, &st) < 0) {
+	/* only a read-only open can be of a directory (one for writing
+	 * fails with EISDIR): the type costs a round trip */
+	if (acc == O_RDONLY &&
+	    smbc_getFunctionFstat(w->ctx)(w->ctx, fh, &st) < 0) {
 		rc = -errno;
 		goto out_close;
 	}
-	if (!S_ISREG(st.st_mode)) {
+	if (acc == O_RDONLY && !S_ISREG(st.st_mode)) {
 		rc = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
 		goto out_close;
 	}
@@ -1839,21 +1842,25 @@ static int srmt_setattr(struct rmt *r, const char *path, struct rmt_file *f,
 
 	if (!path && !f)
 		return -EINVAL;
-	if (f) {
-		rc = srmt_file_stat(f, &st);
-		/* by its name now (set aside if unlinked): libsmbclient has
-		 * no fchmod or futimes */
-		if (rc == 0 && (sa->set & (RMT_SET_ATIME | RMT_SET_MTIME))) {
-			fpath = path_of(to_sfile(f));
-			if (!fpath)
-				return -ENOMEM;
-			path = fpath;
-		}
-	} else {
-		rc = srmt_stat(r, path, &st);
-	}
+	/* a stat by name is three round trips (open, query, close): only
+	 * for the owner, or to answer for a file that is not there when
+	 * nothing else asks the server (a mode alone); a truncate's open
+	 * answers EISDIR for a directory itself */
+	if ((sa->set & (RMT_SET_UID | RMT_SET_GID)) ||
+	    !(sa->set & (RMT_SET_SIZE | RMT_SET_ATIME | RMT_SET_MTIME)))
+		rc = f ? srmt_file_stat(f, &st) : srmt_stat(r, path, &st);
+	else
+		rc = 0, memset(&st, 0, sizeof(st));
 	if (rc < 0)
 		return rc;
+	/* by its name now (set aside if unlinked): libsmbclient has no
+	 * fchmod or futimes */
+	if (f && (sa->set & (RMT_SET_ATIME | RMT_SET_MTIME))) {
+		fpath = path_of(to_sfile(f));
+		if (!fpath)
+			return -ENOMEM;
+		path = fpath;
+	}
 	rc = setattr_named(s, path, f, sa, &st);
 	free(fpath);
 	return rc;
