@@ -1489,9 +1489,13 @@ static int replay_attrs(struct stream *s, const struct jnl_op *op,
 		set |= (op->flags & JNL_SET_MTIME) ? RMT_SET_MTIME : 0;
 		if (S_ISLNK(n->mode))
 			set &= ~(unsigned int)RMT_SET_MODE;
-		/* a truncate moves the remote mtime; no FINISH may follow */
+		/* a truncate moves the remote mtime, and no FINISH may
+		 * follow: one that drops every chunk not flushed leaves
+		 * nothing to finish, so it also sets what a SETATTR left
+		 * to that FINISH (below) */
 		if ((set & RMT_SET_SIZE) && S_ISREG(n->mode))
-			set |= RMT_SET_ATIME | RMT_SET_MTIME;
+			set |= RMT_SET_ATIME | RMT_SET_MTIME | RMT_SET_MODE |
+			       owner_bits(s);
 	}
 	/* the share's owner was given at the create; a file the share had
 	 * keeps its own (an application's chown there is to the login's

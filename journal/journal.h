@@ -762,7 +762,8 @@ int jnl_stats(struct jnl *j, struct jnl_stats *out);
  *            from not done: replayed after a crash between the remote
  *            rename and its acknowledgement, it swaps back (not handled)
  *   SETATTR  the op's attributes from jnl_node_get(); a size change of a
- *            regular file also sets atime/mtime (no FINISH may follow);
+ *            regular file also sets mode, owner and times (no FINISH may
+ *            follow: a truncate that drops every chunk not flushed);
  *            nothing without a size change if the node has data not
  *            flushed: the FINISH after its last chunk sets them
  *   FINISH   size, mode, owner (when root), atime, mtime of the node: the

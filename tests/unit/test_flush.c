@@ -1022,6 +1022,48 @@ static void test_flush__setattrs_before_the_data_cost_nothing(void **state)
 	assert_int_equal(st.st_gid, 100);
 }
 
+/* A chmod left to the FINISH (its data was not flushed when it was
+ * replayed), then a truncate that drops that data: no FINISH comes, and
+ * the truncate's SETATTR sets the mode. */
+static void test_flush__truncate_sets_what_was_left_to_finish(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_flush_config c = config(fx, 1, NULL);
+	struct jnl_node a = attr(0);
+	struct jnl_chunk_ref ch;
+	char p[PATH_MAX];
+	struct stat st;
+	jnl_id f;
+
+	f = mk_file(fx->j, JNL_ROOT, "t", 0644);
+	assert_int_equal(ack_ready(fx->j), 1);
+	host_write(fx, "t", "0123456789", 10); /* as if flushed */
+	host_path(p, sizeof(p), fx, "t");
+	assert_int_equal(chmod(p, 0644), 0);
+	assert_int_equal(jnl_write(fx->j, f, "abcdefghij", 10, 0), 10);
+	a.mode = 0600;
+	assert_rc_ok(jnl_setattr(fx->j, f, JNL_SET_MODE, &a));
+	assert_rc_ok(jnl_sync(fx->j));
+	/* the data held back (claimed here) while the chmod is replayed */
+	assert_int_equal(jnl_chunk_claim(fx->j, &ch, 1), 1);
+	assert_rc_ok(jnl_flusher_start(fx->j, &c, &fx->fl));
+	for (int i = 0; i < 500 && jstats(fx->j).pending_ops; i++)
+		sleep_ms(10);
+	assert_int_equal(jstats(fx->j).pending_ops, 0);
+	assert_int_equal(lstat(p, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0644); /* left to the FINISH */
+	a.size = 0;
+	assert_rc_ok(jnl_setattr(fx->j, f, JNL_SET_SIZE, &a));
+	assert_rc_ok(jnl_chunk_release(fx->j, &ch, true, any_sha)); /* stale */
+	assert_rc_ok(jnl_sync(fx->j));
+	assert_rc_ok(jnl_flusher_wait(fx->fl, 30000));
+	jnl_flusher_stop(fx->fl);
+	fx->fl = NULL;
+	assert_int_equal(lstat(p, &st), 0);
+	assert_int_equal(st.st_size, 0);
+	assert_int_equal(st.st_mode & 07777, 0600);
+}
+
 /* The child of a crash round: flush until killed. */
 static void crash_child(struct fx *fx)
 {
@@ -1908,6 +1950,7 @@ int main(void)
 		T(test_flush__write_while_in_flight_sends_the_latest),
 		T(test_flush__finish_of_a_rewritten_file_keeps_holes),
 		T(test_flush__setattrs_before_the_data_cost_nothing),
+		T(test_flush__truncate_sets_what_was_left_to_finish),
 		T(test_flush__bwlimit_caps_all_streams),
 		T(test_flush__pause_and_stop_put_chunks_back),
 		T(test_flush__crash_resumes_at_the_chunk),
