@@ -300,7 +300,13 @@ while True:
     s.accept()[0].close()
 ' 2>/dev/null &
 closer=$!
-sleep 0.5
+# listening before the mount tries it (python's start took over 0.5 s in
+# CI's pass 1, beside other tests: "Connection refused")
+for _ in $(seq 1 100); do
+	nsenter --net="$NAS_NETNS" ss -Hltn 'sport = :4456' 2>/dev/null |
+		grep -q . && break
+	sleep 0.1
+done
 refuse "a server that closes the connection at once" \
 	"cannot connect to .*: (Connection reset|Network dropped|Software caused)" \
 	"smb://ferry@$NAS_IP:4456/nas/smb-refuse-$$" -o credentials="$CRED"
