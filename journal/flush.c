@@ -1551,6 +1551,8 @@ static int replay_attrs(struct stream *s, const struct jnl_op *op,
 	if (op->type == JNL_OP_FINISH)
 		handle_drop(s, n->id); /* nothing touches it after the times */
 	sa = attrs_of(s, n, set);
+	if ((set & RMT_SET_SIZE) && !f->root && (n->flags & JNL_NODE_DATA))
+		sa.mode |= S_IWUSR; /* data follows, as at the create */
 	rc = rmt_setattr(s->r, s->path, NULL, &sa);
 	if (!rc && S_ISREG(n->mode) && (set & RMT_SET_SIZE)) {
 		/* FINISH, or a truncate (which sets the times too): the
