@@ -738,6 +738,16 @@ static bool all_zero(const char *p, size_t n)
 	return n == 0 || (p[0] == 0 && !memcmp(p, p + 1, n - 1));
 }
 
+/* From @pos of a chunk of @n bytes at file offset @off: the bytes up to
+ * the next block boundary of the file, at most the rest of the chunk. */
+static size_t block_run(off_t off, size_t pos, size_t n)
+{
+	size_t run = SPARSE_BLOCK - (size_t)((uint64_t)(off + (off_t)pos) %
+					     SPARSE_BLOCK);
+
+	return run < n - pos ? run : n - pos;
+}
+
 static ssize_t write_sparse(struct rmt_file *rf,
 			    const char *buf, size_t n, off_t off)
 {
@@ -748,10 +758,7 @@ static ssize_t write_sparse(struct rmt_file *rf,
 	/* no block of zeros: nothing to leave out, and the remote's size
 	 * (a round trip) does not matter */
 	for (pos = 0; pos < n; pos += run) {
-		run = SPARSE_BLOCK - (size_t)((uint64_t)(off + (off_t)pos) %
-					      SPARSE_BLOCK);
-		if (run > n - pos)
-			run = n - pos;
+		run = block_run(off, pos, n);
 		if (run == SPARSE_BLOCK && all_zero(buf + pos, run))
 			break;
 	}
@@ -769,10 +776,7 @@ static ssize_t write_sparse(struct rmt_file *rf,
 		/* a run of blocks that are all zeros, or all not */
 		bool zero;
 
-		run = SPARSE_BLOCK - (size_t)((uint64_t)(off + (off_t)pos) %
-					      SPARSE_BLOCK);
-		if (run > n - pos)
-			run = n - pos;
+		run = block_run(off, pos, n);
 		zero = all_zero(buf + pos, run);
 		while (pos + run < n) {
 			size_t b = n - pos - run < SPARSE_BLOCK
@@ -1352,7 +1356,9 @@ static void ns_leave(struct jnl_flusher *f)
 
 /* Attributes of @n as an rmt_setattr (owner_bits(): uid/gid). Through an
  * agent that gives the share's owner (agent_gives_owner()), every owner
- * set is that one. */
+ * set is that one. A node with data still to flush keeps its owner's
+ * write bit for a flusher that is not root (the chunks open the file for
+ * writing); its FINISH, after the last chunk, sets the mode asked. */
 static struct rmt_setattr attrs_of(const struct stream *s,
 				   const struct jnl_node *n, unsigned int set)
 {
@@ -1362,6 +1368,8 @@ static struct rmt_setattr attrs_of(const struct stream *s,
 	memset(&sa, 0, sizeof(sa));
 	sa.set = set;
 	sa.mode = n->mode & 07777;
+	if (!s->f->root && (n->flags & JNL_NODE_DATA))
+		sa.mode |= S_IWUSR;
 	sa.uid = own ? s->own_uid : n->uid;
 	sa.gid = own ? s->own_gid : n->gid;
 	sa.size = (off_t)n->size;
@@ -1381,7 +1389,6 @@ static unsigned int owner_bits(const struct stream *s)
 
 static int replay_create(struct stream *s, const struct jnl_node *n)
 {
-	struct jnl_flusher *f = s->f;
 	unsigned int set = RMT_SET_MODE | RMT_SET_ATIME | RMT_SET_MTIME |
 			   owner_bits(s);
 	struct rmt_setattr sa = attrs_of(s, n, set);
@@ -1389,13 +1396,10 @@ static int replay_create(struct stream *s, const struct jnl_node *n)
 	struct stat st;
 	int rc, rc2;
 
-	if (n->flags & JNL_NODE_DATA) {
-		/* data follows, and its FINISH sets mode, owner and times;
-		 * the share's owner (the agent's) is given now */
-		if (!f->root)
-			sa.mode |= S_IWUSR;
+	/* data follows, and its FINISH sets mode, owner and times; the
+	 * share's owner (the agent's) is given now */
+	if (n->flags & JNL_NODE_DATA)
 		sa.set &= agent_gives_owner(s) ? owner_bits(s) : 0;
-	}
 	if (S_ISREG(n->mode)) {
 		/* truncating is safe: journal.h, "Op replay" */
 		rc = rmt_file_open(s->r, s->path, O_WRONLY | O_CREAT | O_TRUNC,
@@ -1551,8 +1555,6 @@ static int replay_attrs(struct stream *s, const struct jnl_op *op,
 	if (op->type == JNL_OP_FINISH)
 		handle_drop(s, n->id); /* nothing touches it after the times */
 	sa = attrs_of(s, n, set);
-	if ((set & RMT_SET_SIZE) && !f->root && (n->flags & JNL_NODE_DATA))
-		sa.mode |= S_IWUSR; /* data follows, as at the create */
 	rc = rmt_setattr(s->r, s->path, NULL, &sa);
 	if (!rc && S_ISREG(n->mode) && (set & RMT_SET_SIZE)) {
 		/* FINISH, or a truncate (which sets the times too): the
