@@ -1837,8 +1837,8 @@ static int srmt_setattr(struct rmt *r, const char *path, struct rmt_file *f,
 {
 	struct srmt *s = to_srmt(r);
 	char *fpath = NULL;
-	struct stat st;
-	int rc;
+	struct stat st = { 0 };
+	int rc = 0;
 
 	if (!path && !f)
 		return -EINVAL;
@@ -1849,8 +1849,6 @@ static int srmt_setattr(struct rmt *r, const char *path, struct rmt_file *f,
 	if ((sa->set & (RMT_SET_UID | RMT_SET_GID)) ||
 	    !(sa->set & (RMT_SET_SIZE | RMT_SET_ATIME | RMT_SET_MTIME)))
 		rc = f ? srmt_file_stat(f, &st) : srmt_stat(r, path, &st);
-	else
-		rc = 0, memset(&st, 0, sizeof(st));
 	if (rc < 0)
 		return rc;
 	/* by its name now (set aside if unlinked): libsmbclient has no
@@ -1866,7 +1864,8 @@ static int srmt_setattr(struct rmt *r, const char *path, struct rmt_file *f,
 	return rc;
 }
 
-/* srmt_setattr() once the name is known; st is the file's stat. */
+/* srmt_setattr() once the name is known; st is the file's stat where
+ * srmt_setattr() needed one (an owner or a mode alone), else zeros. */
 static int setattr_named(struct srmt *s, const char *path, struct rmt_file *f,
 			 const struct rmt_setattr *sa, const struct stat *stp)
 {
@@ -1874,8 +1873,7 @@ static int setattr_named(struct srmt *s, const char *path, struct rmt_file *f,
 	int rc = 0;
 
 	if (sa->set & RMT_SET_SIZE) {
-		if (S_ISDIR(st.st_mode))
-			return -EISDIR;
+		/* a directory: EISDIR from the open (w_open, w_truncate) */
 		if (f) {
 			struct req q = { .op = OP_FTRUNCATE,
 					 .h = to_sfile(f)->h,
