@@ -962,6 +962,14 @@ static void test_flush__finish_of_a_rewritten_file_keeps_holes(void **state)
 	free(want);
 }
 
+/* Until the running flusher has acked every op (5 s at most). */
+static void wait_ops_acked(struct fx *fx)
+{
+	for (int i = 0; i < 500 && jstats(fx->j).pending_ops; i++)
+		sleep_ms(10);
+	assert_int_equal(jstats(fx->j).pending_ops, 0);
+}
+
 /* The remote calls of flushing one small file made with @setattrs
  * SETATTRs after its data (cp -p, tar). The flusher replays them while
  * the data is held back here (as a stream busy with other chunks would),
@@ -996,9 +1004,7 @@ static uint64_t small_file_calls(struct fx *fx, const char *name,
 	assert_rc_ok(jnl_sync(fx->j));
 	assert_int_equal(jnl_chunk_claim(fx->j, &ch, 1), 1);
 	jnl_flusher_resume(fx->fl);
-	for (int i = 0; i < 500 && jstats(fx->j).pending_ops; i++)
-		sleep_ms(10);
-	assert_int_equal(jstats(fx->j).pending_ops, 0);
+	wait_ops_acked(fx);
 	assert_rc_ok(jnl_chunk_release(fx->j, &ch, false, NULL));
 	assert_rc_ok(jnl_sync(fx->j));
 	assert_rc_ok(jnl_flusher_wait(fx->fl, 30000));
@@ -1059,9 +1065,7 @@ static void test_flush__truncate_sets_what_was_left_to_finish(void **state)
 	/* the data held back (claimed here) while the chmod is replayed */
 	assert_int_equal(jnl_chunk_claim(fx->j, &ch, 1), 1);
 	assert_rc_ok(jnl_flusher_start(fx->j, &c, &fx->fl));
-	for (int i = 0; i < 500 && jstats(fx->j).pending_ops; i++)
-		sleep_ms(10);
-	assert_int_equal(jstats(fx->j).pending_ops, 0);
+	wait_ops_acked(fx);
 	assert_int_equal(lstat(p, &st), 0);
 	assert_int_equal(st.st_mode & 07777, 0644); /* left to the FINISH */
 	a.size = 0;
