@@ -321,13 +321,13 @@ wait "$closer" 2>/dev/null
 # step WHAT CMD [ARGS...]: CMD's output to a log; "ok - WHAT" in the
 # summary, or "not ok - WHAT FAILED" and the log
 step() {
-	local what=$1 log=$W/step.log
+	local what=$1 log=$W/step.log t0=$SECONDS
 	shift
 	if "$@" >"$log" 2>&1; then
-		summary+=("ok - $what")
+		summary+=("ok - $what ($((SECONDS - t0)) s)")
 	else
 		failed=1
-		summary+=("not ok - $what FAILED")
+		summary+=("not ok - $what FAILED ($((SECONDS - t0)) s)")
 		sed 's/^/    /' "$log"
 	fi
 }
@@ -750,7 +750,7 @@ result() {
 	local name=$1 file=$2 rc=$3 tally skips
 	tally=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$file" | tail -n 1)
 	skips=$(grep -c '# SKIP' "$file")
-	local line="$name: ${tally:-no tally} ($skips skipped, exit $rc)"
+	local line="$name: ${tally:-no tally} ($skips skipped, exit $rc, $4 s)"
 	if [ "$rc" != 0 ]; then
 		failed=1
 		line+=" FAILED"
@@ -777,6 +777,7 @@ for mode in wt wb; do
 		# not looked for
 		[ "$mode" = wb ] && skip+=,remote_writer
 		log "$mode: it_$t on a mount of $SMB_URL/$dir ($opts)"
+		t0=$SECONDS
 		FERRYFS_REMOTE="$SMB_URL/$dir" \
 			FERRYFS_REMOTE_DIR="$SHARE_DIR/$dir" \
 			FERRYFS_OPTS="-o credentials=$CRED,$opts" \
@@ -785,7 +786,7 @@ for mode in wt wb; do
 			>"$W/$mode-$t.log" 2>&1
 		rc=$?
 		cat "$W/$mode-$t.log"
-		result "$mode it_$t" "$W/$mode-$t.log" $rc
+		result "$mode it_$t" "$W/$mode-$t.log" $rc $((SECONDS - t0))
 	done
 done
 
