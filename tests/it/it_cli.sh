@@ -119,13 +119,22 @@ daemon_pids() {
 	done
 }
 
+# running PID: PID has not exited. A daemon's zombie is not (this VM's
+# init reaps the orphans it adopts 1-2 s late: 2 s of each wait_gone)
+running() {
+	local s
+	read -r s 2>/dev/null <"/proc/$1/stat" || return 1
+	s=${s##*) }
+	[ "${s%% *}" != Z ]
+}
+
 # wait_gone PID...: all gone within 10 s
 wait_gone() {
 	local _ p alive
 	for _ in $(seq 1 100); do
 		alive=0
 		for p in "$@"; do
-			kill -0 "$p" 2>/dev/null && alive=1
+			running "$p" && alive=1
 		done
 		[ "$alive" = 0 ] && return 0
 		sleep 0.1

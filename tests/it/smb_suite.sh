@@ -336,7 +336,7 @@ step() {
 # fork (connections=3: at least 3 of them, its children; the flusher's
 # streams have theirs), and all of them are gone after the unmount
 daemon_check() {
-	local mnt=$W/mnt-d pid= workers n
+	local mnt=$W/mnt-d pid= workers n p s gone
 	mkdir -p "$mnt"
 	"$W/ferryfs" mount "$SMB_URL/smb-daemon-$$" "$mnt" \
 		-o credentials="$CRED",connections=3 </dev/null || return 1
@@ -360,8 +360,16 @@ daemon_check() {
 	fusermount3 -u "$mnt" || return 1
 	[ -n "$pid" ] && [ "$n" -ge 3 ] ||
 		{ echo "daemon '$pid' with $n workers: $workers"; return 1; }
+	# exited: gone, or a zombie that init has yet to reap (1-2 s late
+	# in this VM)
 	for _ in $(seq 1 100); do
-		kill -0 "$pid" $workers 2>/dev/null || return 0
+		gone=1
+		for p in $pid $workers; do
+			read -r s 2>/dev/null <"/proc/$p/stat" || continue
+			s=${s##*) }
+			[ "${s%% *}" = Z ] || gone=0
+		done
+		[ "$gone" = 1 ] && return 0
 		sleep 0.1
 	done
 	echo "daemon $pid or its workers ($workers) still there 10 s after the unmount"
