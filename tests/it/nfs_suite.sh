@@ -255,7 +255,7 @@ result() {
 	tally=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$file" | tail -n 1)
 	[ -z "$tally" ] && tally=$(grep -E '^\[  (PASSED|FAILED)  \]' "$file" | tr '\n' ' ')
 	skips=$(grep -c '# SKIP\|^\[  SKIPPED \]' "$file")
-	local line="$name: ${tally:-no tally} ($skips skipped, exit $rc)"
+	local line="$name: ${tally:-no tally} ($skips skipped, exit $rc, $((SECONDS - t0)) s)"
 	if [ "$rc" != 0 ]; then
 		if [ "$gating" = 1 ]; then
 			failed=1
@@ -275,6 +275,7 @@ for v in "${runs[@]}"; do
 	query="?version=${v#v}"
 	if [ -n "$IT_NFS" ]; then
 		log "$v: it_nfs"
+		t0=$SECONDS
 		FERRYFS_NFS_URL="$NFS_URL/$v-driver-$$$query" \
 			FERRYFS_NFS_DIR="$NFS_DIR/$v-driver-$$" \
 			FERRYFS_NFS_RESTART="$RESTART" \
@@ -292,6 +293,7 @@ for v in "${runs[@]}"; do
 			cmd=$ROOT/tests/it/it_programs.sh
 		fi
 		log "$v: it_$t on a mount of $NFS_URL/$v-$t-$$$query"
+		t0=$SECONDS
 		FERRYFS_REMOTE="$NFS_URL/$v-$t-$$$query" \
 			FERRYFS_REMOTE_DIR="$NFS_DIR/$v-$t-$$" \
 			IT_SKIP_FEATURES=$NFS_SKIP IT_SKIP_REASON=nfs \
