@@ -127,6 +127,14 @@ cleanup() {
 		done
 		if daemon_alive; then
 			log "error: daemon $DAEMON_PID still running 10 s after unmount"
+			# where it waits: each thread's kernel stack top, and
+			# its children (smb workers)
+			for t in /proc/"$DAEMON_PID"/task/*; do
+				printf '  thread %s %s: %s\n' "${t##*/}" \
+					"$(cat "$t/comm" 2>/dev/null)" \
+					"$(head -n 3 "$t/stack" 2>/dev/null | tr '\n' ' ')"
+			done
+			ps -o pid,stat,etimes,wchan:30,args --ppid "$DAEMON_PID" 2>/dev/null
 			teardown_bad=1
 			kill -TERM "$DAEMON_PID" 2>/dev/null
 			sleep 1
