@@ -768,10 +768,7 @@ result() {
 	summary+=("$line")
 }
 
-# mount_runs MODE: it_syscalls, then it_programs, on mounts in MODE; each
-# run's output in $W/MODE-T.log, its exit status and seconds in .rc
-mount_runs() {
-	local mode=$1 t cmd dir opts skip t0
+for mode in wt wb; do
 	for t in syscalls programs; do
 		if [ $t = syscalls ]; then
 			cmd=$IT_SYSCALLS
@@ -787,6 +784,7 @@ mount_runs() {
 		# write-back: as nfs_suite, a change behind the mount's back is
 		# not looked for
 		[ "$mode" = wb ] && skip+=,remote_writer
+		log "$mode: it_$t on a mount of $SMB_URL/$dir ($opts)"
 		t0=$SECONDS
 		FERRYFS_REMOTE="$SMB_URL/$dir" \
 			FERRYFS_REMOTE_DIR="$SHARE_DIR/$dir" \
@@ -794,21 +792,9 @@ mount_runs() {
 			IT_SKIP_FEATURES=$skip IT_SKIP_REASON=smb \
 			"$ROOT/tests/it/mount_run.sh" "$W/ferryfs" "$cmd" \
 			>"$W/$mode-$t.log" 2>&1
-		echo "$? $((SECONDS - t0))" >"$W/$mode-$t.rc"
-	done
-}
-
-# one after another: side by side (tried), CI's -Werror pass once found a
-# write-through daemon still running 10 s after its unmount, under the load
-# of both beside other tests; they run alone as they always had
-for mode in wt wb; do
-	log "$mode: it_syscalls, then it_programs ($SMB_URL)"
-	mount_runs "$mode"
-	for t in syscalls programs; do
-		log "$mode: it_$t"
+		rc=$?
 		cat "$W/$mode-$t.log"
-		read -r rc secs <"$W/$mode-$t.rc" 2>/dev/null || rc="no status" secs="?"
-		result "$mode it_$t" "$W/$mode-$t.log" "$rc" "$secs"
+		result "$mode it_$t" "$W/$mode-$t.log" $rc $((SECONDS - t0))
 	done
 done
 
