@@ -27,20 +27,22 @@
  *
  * What the journal sees: nothing per write. The staging file is pinned
  * (jnl_pt_begin(): the flusher gives none of it back); GETATTR takes its
- * size and mtime from it (node_to_stat()); the bytes are marked DIRTY
+ * size and mtime from it (node_to_stat()). Every commit period the
+ * journal marks DIRTY the whole chunks it grew by (jnl_pt_grow()), so
+ * the flusher sends it while it is written; all of it is marked
  * (jnl_pt_mark()) at fsync, at `ferryfs flush`, at unmount, and when the
- * last passing handle is released; then the flusher sends them as any.
- * A daemon killed meanwhile loses none of it: the journal's marker of the
- * pin (pt/<id>) makes its next open mark the whole staging file, what the
- * application wrote after the kill included.
+ * last passing handle is released. A daemon killed meanwhile loses none
+ * of it: the journal's marker of the pin (pt/<id>) makes its next open
+ * mark the whole staging file, what the application wrote after the kill
+ * included. The same marker lets the journal commit those marks without
+ * an fdatasync of the staging file first (journal.c, sync_wanted()).
  *
- * The costs, measured or by design (README): the flush of such a file
- * starts when it is closed (or fsynced), not while it is written; an
- * fsync or close reads and hashes the chunks already on the share (only
- * those the kernel changed are sent again); and the journal's size bound
- * (journal_max) does not hold back such a write: a file bigger than the
- * journal disk's free space fails with ENOSPC, where a FUSE write would
- * wait for the flusher to make room. Hence off by default.
+ * The costs, measured or by design (README): an fsync or close reads and
+ * hashes the chunks already on the share (only those the kernel changed
+ * are sent again); and the journal's size bound (journal_max) does not
+ * hold back such a write: a file bigger than the journal disk's free
+ * space fails with ENOSPC, where a FUSE write would wait for the flusher
+ * to make room. Hence off by default.
  */
 #include <errno.h>
 #include <fcntl.h>

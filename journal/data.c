@@ -1236,6 +1236,11 @@ static struct jnl_pt_pin *pt_pin(struct jnl *j, jnl_id id)
 	return NULL;
 }
 
+bool jnl_pt_pinned_locked(struct jnl *j, jnl_id id)
+{
+	return j->pt_npins && pt_pin(j, id);
+}
+
 static bool pt_pinned(struct jnl *j, jnl_id id)
 {
 	bool pinned;
@@ -1436,22 +1441,68 @@ uint64_t jnl_pt_epoch(struct jnl *j)
 }
 
 /*
- * Which chunks of a staging file of @size bytes must a mark take? Every
- * one but those FLUSHED (with no mark pending) whose bytes in the staging
- * file have the SHA-256 the remote has (so that an fsync or a close does
- * not send again what the kernel did not change since); the last one
- * also when the node's size or mtime differ from the staging file's
- * (they go with its mark). need[] has a flag per chunk.
+ * Which chunks of a staging file of @size bytes must a mark take? need[]
+ * has a flag per chunk. Not:
+ *  - one FLUSHED (with no mark pending) whose bytes in the staging file
+ *    have the SHA-256 the remote has, so that an fsync or a close does
+ *    not send again what the kernel did not change since;
+ *  - one DIRTY of its whole length: the flusher reads its bytes when it
+ *    claims it, after this (jnl_pt_grow() marked it while it was written);
+ *  - one INFLIGHT (its bytes were read at some time before): looked at
+ *    again, as above, once the stream is done with it (PT_SETTLE_MS at
+ *    most), so a close does not send again what streams are sending.
+ * The last chunk is taken also when the node's size or mtime differ from
+ * the staging file's (they go with its mark).
  */
 #define PT_BATCH 64
+#define PT_SETTLE_MS 1000
+#define PT_SETTLE_MAX 64 /* INFLIGHT chunks waited for */
+
+/* need[@k] of chunk record @c (FLUSHED or DIRTY, of full length @want):
+ * false if its bytes are what the remote has or will have. */
+static int pt_chunk_need(struct jnl *j, jnl_id id, int fd, uint64_t k,
+			 const struct jnl_chunk_rec *c, uint64_t want,
+			 unsigned char **buf, bool *need)
+{
+	unsigned char sha[32];
+	struct jnl_pent e;
+	ssize_t r;
+
+	*need = true;
+	if (c->length != want)
+		return 0;
+	if (c->state == JNL_CHUNK_DIRTY) {
+		*need = false;
+		return 0;
+	}
+	if (c->state != JNL_CHUNK_FLUSHED)
+		return 0;
+	pthread_mutex_lock(&j->lock);
+	pend_find(j, id, k, &e);
+	pthread_mutex_unlock(&j->lock);
+	if (pent_held(&e))
+		return 0;
+	if (!*buf && !(*buf = malloc(j->chunk_size)))
+		return -ENOMEM;
+	r = sys_pread_all(fd, *buf, want, (off_t)(k << j->chunk_shift));
+	if (r < 0)
+		return (int)r;
+	if ((uint64_t)r == want &&
+	    EVP_Digest(*buf, want, sha, NULL, EVP_sha256(), NULL) &&
+	    !memcmp(sha, c->sha256, sizeof(sha)))
+		*need = false;
+	return 0;
+}
+
 static int pt_need(struct jnl *j, jnl_id id, int fd, const struct stat *st,
 		   bool *need, uint64_t count)
 {
 	uint64_t size = (uint64_t)st->st_size;
+	uint64_t settle[PT_SETTLE_MAX];
 	struct jnl_chunk_rec c[PT_BATCH];
 	bool have[PT_BATCH], same = false;
-	unsigned char sha[32];
 	unsigned char *buf = NULL;
+	unsigned int nsettle = 0;
 	struct jnl_nrec *nr;
 	struct jnl_pnode pn;
 	MDB_txn *txn;
@@ -1484,34 +1535,50 @@ static int pt_need(struct jnl *j, jnl_id id, int fd, const struct stat *st,
 			uint64_t k = k0 + i, start = k << j->chunk_shift;
 			uint64_t want = size - start < j->chunk_size ?
 						size - start : j->chunk_size;
-			struct jnl_pent e;
-			ssize_t r;
 
 			need[k] = true;
-			if ((k == count - 1 && !same) || !have[i] ||
-			    c[i].state != JNL_CHUNK_FLUSHED ||
-			    c[i].length != want)
+			if ((k == count - 1 && !same) || !have[i])
 				continue;
-			pthread_mutex_lock(&j->lock);
-			pend_find(j, id, k, &e);
-			pthread_mutex_unlock(&j->lock);
-			if (pent_held(&e))
-				continue;
-			if (!buf && !(buf = malloc(j->chunk_size))) {
-				rc = -ENOMEM;
-				break;
-			}
-			r = sys_pread_all(fd, buf, want, (off_t)start);
-			if (r < 0) {
-				rc = (int)r;
-				break;
-			}
-			if ((uint64_t)r == want &&
-			    EVP_Digest(buf, want, sha, NULL, EVP_sha256(),
-				       NULL) &&
-			    !memcmp(sha, c[i].sha256, sizeof(sha)))
-				need[k] = false;
+			if (c[i].state == JNL_CHUNK_INFLIGHT &&
+			    c[i].length == want && nsettle < PT_SETTLE_MAX)
+				settle[nsettle++] = k;
+			else
+				rc = pt_chunk_need(j, id, fd, k, &c[i], want,
+						   &buf, &need[k]);
 		}
+	}
+	/* the INFLIGHT ones, once their streams are done with them */
+	for (int64_t t0 = jnl_mono_ns(); !rc && nsettle;) {
+		struct jnl_chunk_rec r[PT_SETTLE_MAX];
+		bool got[PT_SETTLE_MAX];
+		unsigned int left = 0;
+
+		rc = jnl_rtx_begin(j, &txn);
+		if (rc)
+			break;
+		for (unsigned int i = 0; i < nsettle && !rc; i++) {
+			rc = jnl_chunk_get(j, txn, id, settle[i], &r[i]);
+			got[i] = !rc;
+			if (rc == -ENOENT)
+				rc = 0; /* truncated meanwhile: need[] stays */
+		}
+		jnl_rtx_end(j);
+		for (unsigned int i = 0; i < nsettle && !rc; i++) {
+			uint64_t k = settle[i], start = k << j->chunk_shift;
+			uint64_t want = size - start < j->chunk_size ?
+						size - start : j->chunk_size;
+
+			if (got[i] && r[i].state == JNL_CHUNK_INFLIGHT)
+				settle[left++] = k;
+			else if (got[i])
+				rc = pt_chunk_need(j, id, fd, k, &r[i], want,
+						   &buf, &need[k]);
+		}
+		nsettle = left;
+		if (!nsettle || rc ||
+		    jnl_mono_ns() - t0 > (int64_t)PT_SETTLE_MS * 1000000)
+			break; /* still INFLIGHT: need[] stays true */
+		usleep(2000);
 	}
 	free(buf);
 	free(nr);
@@ -1606,6 +1673,57 @@ int jnl_pt_mark_all(struct jnl *j)
 		pt_unpin(j, ids[i]);
 	}
 	return rc;
+}
+
+/* jnl_pt_grow() of one node: mark [@from, the last whole chunk of its
+ * staging file). Failures are left to the node's last jnl_pt_mark(),
+ * which marks the whole file anyway (it logs them). */
+static void pt_grow_one(struct jnl *j, jnl_id id, uint64_t from)
+{
+	struct jnl_pt_pin *p;
+	struct stat st;
+	uint64_t end;
+	int fd;
+
+	if (jnl_fd_get(j, id, false, &fd))
+		return; /* no staging file yet: nothing written */
+	if (fstat(fd, &st) < 0) {
+		jnl_fd_put(j, id, fd);
+		return;
+	}
+	jnl_fd_put(j, id, fd);
+	end = ((uint64_t)st.st_size >> j->chunk_shift) << j->chunk_shift;
+	/* shrunk (a truncate): the chunks past it are the last mark's */
+	if (end > from && write_marks(j, id, NULL, (size_t)(end - from),
+				      (off_t)from, &st.st_mtim) < 0)
+		return;
+	pthread_mutex_lock(&j->lock);
+	p = pt_pin(j, id);
+	if (p)
+		p->grown = end;
+	pthread_mutex_unlock(&j->lock);
+}
+
+void jnl_pt_grow(struct jnl *j)
+{
+	jnl_id ids[JNL_PT_PINS];
+	uint64_t from[JNL_PT_PINS];
+	unsigned int n;
+
+	/* a ref on each pin, as jnl_pt_mark_all() */
+	pthread_mutex_lock(&j->lock);
+	n = j->pt_npins;
+	for (unsigned int i = 0; i < n; i++) {
+		ids[i] = j->pt_pins[i].id;
+		from[i] = j->pt_pins[i].grown;
+		j->pt_pins[i].refs++;
+	}
+	pthread_mutex_unlock(&j->lock);
+	for (unsigned int i = 0; i < n; i++) {
+		if (!jnl_failed(j))
+			pt_grow_one(j, ids[i], from[i]);
+		pt_unpin(j, ids[i]);
+	}
 }
 
 void jnl_pt_attr(struct jnl *j, jnl_id id, struct jnl_node *nd)

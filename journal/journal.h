@@ -418,7 +418,11 @@ int jnl_fsync_node(struct jnl *j, jnl_id id);
  *     over the bounds (the bytes are on the disk already). A chunk the
  *     remote has (FLUSHED) with the SHA-256 of its bytes in the staging
  *     file is left as it is, so only what the kernel changed is sent
- *     again (this reads and hashes those chunks); while pinned a node
+ *     again (this reads and hashes those chunks); so is a DIRTY one of
+ *     its whole length, and an INFLIGHT one is looked at that way once
+ *     its stream is done with it (a second at most). Meanwhile the
+ *     committer marks the whole chunks the file grew by every commit
+ *     period (jnl_pt_grow(), journal_i.h); while pinned a node
  *     keeps its chunk records for that (jnl_node_clean() waits for the
  *     pin to end). jnl_pt_mark_all(): the same for every pinned node
  *     (ferryfs flush).

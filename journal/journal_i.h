@@ -265,8 +265,10 @@ typedef void (*jnl_notify_fn)(void *arg);
 
 struct jnl_pt_pin {
 	jnl_id id;
-	unsigned int refs; /* jnl_pt_begin() calls not ended, jnl_pt_mark_all() */
+	unsigned int refs; /* jnl_pt_begin() calls not ended, jnl_pt_mark_all(),
+			      jnl_pt_grow() */
 	bool keep;         /* a mark failed: the marker stays */
+	uint64_t grown;    /* whole chunks [0, grown) marked by jnl_pt_grow() */
 };
 
 struct jnl_fdslot {
@@ -401,6 +403,10 @@ struct jnl {
 	 * are what jnl_pt_mark() compares with), and those of them whose
 	 * pin ended since: the committer cleans them; lock */
 	struct jnl_u64set pt_unclean, clean_due;
+	/* ended pins whose last marks a commit took before their staging
+	 * file was synced (commit_pending(), "defer"): the committer syncs
+	 * them, then their markers go (pt_sync_deferred()); lock */
+	struct jnl_u64set pt_unsynced;
 	_Atomic uint64_t pt_ends; /* pins ended; bumped under lock */
 	uint64_t fd_tick;                /* lock */
 	struct jnl_u64set handed;        /* seqs of handed-out ops; lock */
@@ -517,6 +523,15 @@ void jnl_pt_unmark(struct jnl *j, struct jnl_u64set *ended);
 /* At open: marks what the kernel wrote into the staging files named in
  * pt/ (a daemon stopped while they were passed through). */
 void jnl_pt_recover(struct jnl *j);
+/* The committer, every commit period while a node is pinned: marks the
+ * whole chunks each pinned staging file grew by since the last look, so a
+ * file copied in through passthrough starts to flow while it is written.
+ * What the kernel changes in them later is found by the file's last
+ * jnl_pt_mark() (close, fsync), which hashes the chunks the remote has and
+ * marks the others again. */
+void jnl_pt_grow(struct jnl *j);
+/* @id is pinned (its marker stays). lock held. */
+bool jnl_pt_pinned_locked(struct jnl *j, jnl_id id);
 
 /* Staging room: wake writers waiting for it (lock held). */
 void jnl_room_signal(struct jnl *j);

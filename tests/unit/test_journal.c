@@ -10,6 +10,7 @@
  * jnl_close(): what they committed must be there, nothing else.
  */
 #include <dirent.h>
+#include <openssl/evp.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -1989,6 +1990,9 @@ static void test_journal__commit_syncs_many_staging_files(void **state)
 static void test_journal__passthrough_marks_what_the_kernel_wrote(void **state)
 {
 	struct fx *fx = *state;
+
+	jnl_test_commit_ms = 600000; /* no jnl_pt_grow() by the committer */
+	reopen(fx);
 	const size_t len = 3 * CS + 100;
 	unsigned char *want = malloc(len), *buf = malloc(len);
 	struct timespec mt = { 1700000000, 5 };
@@ -2040,6 +2044,108 @@ static void test_journal__passthrough_marks_what_the_kernel_wrote(void **state)
 	jnl_assert_sane(fx->j);
 	free(want);
 	free(buf);
+}
+
+struct late_release {
+	struct jnl *j;
+	struct jnl_chunk_ref c;
+	unsigned char sha[32];
+};
+
+static void *release_later(void *arg)
+{
+	struct late_release *r = arg;
+
+	usleep(100 * 1000);
+	assert_rc_ok(jnl_chunk_release(r->j, &r->c, true, r->sha));
+	return NULL;
+}
+
+static bool pt_marker_exists(struct fx *fx, jnl_id id)
+{
+	char path[PATH_MAX];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/pt/%" PRIu64, fx->dir, id);
+	return stat(path, &st) == 0;
+}
+
+/* A passthrough file flows while it is written: jnl_pt_grow() marks the
+ * whole chunks it grew by. Its last mark (the close) takes none of them
+ * again but the one the kernel changed after it was flushed: not a DIRTY
+ * one, not an INFLIGHT one once its stream is done with it unchanged.
+ * A commit nobody waits for does not sync its staging file; its marker
+ * goes only after the committer did (pt_sync_deferred()). */
+static void test_journal__passthrough_grows_while_written(void **state)
+{
+	struct fx *fx = *state;
+	const size_t len = 4 * CS + 100;
+	unsigned char *want = malloc(len);
+	struct jnl_chunk_rec r0, r3;
+	struct jnl_chunk_ref c[8];
+	struct late_release lr;
+	pthread_t t;
+	jnl_id f;
+	int fd, n;
+
+	assert_non_null(want);
+	jnl_test_commit_ms = 600000; /* jnl_pt_grow() by hand */
+	reopen(fx);
+	f = mk_file(fx->j, JNL_ROOT, "grows");
+	ack_everything(fx->j);
+	assert_rc_ok(jnl_sync(fx->j));
+	assert_rc_ok(jnl_pt_begin(fx->j, f, &fd));
+	assert_true(pt_marker_exists(fx, f));
+	pattern(want, len, 11);
+	assert_int_equal(pwrite(fd, want, len, 0), (ssize_t)len);
+	jnl_pt_grow(fx->j);
+	assert_rc_ok(jnl_commit_pending(fx->j, false, 0));
+	for (uint64_t k = 0; k < 4; k++) /* the whole chunks, not the tail */
+		assert_int_equal(chunk_state(fx->j, f, k, NULL),
+				 JNL_CHUNK_DIRTY);
+	assert_int_equal(chunk_state(fx->j, f, 4, NULL), 0);
+	jnl_pt_grow(fx->j); /* nothing new: nothing marked again */
+	assert_int_equal(fx->j->pend.used, 0);
+
+	/* chunks 0-2 to a stream; 0 and 1 arrive, 2 is still on its way */
+	n = jnl_chunk_claim(fx->j, c, 3);
+	assert_int_equal(n, 3);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(c[i].index, (uint64_t)i);
+	for (int i = 0; i < 2; i++) {
+		unsigned char s[32];
+
+		EVP_Digest(want + i * CS, CS, s, NULL, EVP_sha256(), NULL);
+		assert_rc_ok(jnl_chunk_release(fx->j, &c[i], true, s));
+	}
+	assert_rc_ok(jnl_sync(fx->j));
+	chunk_state(fx->j, f, 3, &r3);
+	/* the kernel changes chunk 1 after it arrived */
+	want[CS + 7] ^= 0xff;
+	assert_int_equal(pwrite(fd, want + CS + 7, 1, CS + 7), 1);
+	lr.j = fx->j;
+	lr.c = c[2];
+	EVP_Digest(want + 2 * CS, CS, lr.sha, NULL, EVP_sha256(), NULL);
+	assert_int_equal(pthread_create(&t, NULL, release_later, &lr), 0);
+	assert_rc_ok(jnl_pt_mark(fx->j, f)); /* waits for chunk 2 */
+	pthread_join(t, NULL);
+	jnl_pt_end(fx->j, f);
+	close(fd);
+	assert_rc_ok(jnl_commit_pending(fx->j, false, 0));
+
+	assert_int_equal(chunk_state(fx->j, f, 0, &r0), JNL_CHUNK_FLUSHED);
+	assert_int_equal(chunk_state(fx->j, f, 1, NULL), JNL_CHUNK_DIRTY);
+	assert_int_equal(chunk_state(fx->j, f, 2, NULL), JNL_CHUNK_FLUSHED);
+	assert_int_equal(chunk_state(fx->j, f, 3, &r0), JNL_CHUNK_DIRTY);
+	assert_int_equal(r0.generation, r3.generation); /* not marked again */
+	assert_int_equal(chunk_state(fx->j, f, 4, NULL), JNL_CHUNK_DIRTY);
+	assert_int_equal(node_size(fx->j, f), len);
+	/* the committer syncs the staging file, then the marker goes */
+	for (int i = 0; i < 500 && pt_marker_exists(fx, f); i++)
+		usleep(10 * 1000);
+	assert_false(pt_marker_exists(fx, f));
+	jnl_assert_sane(fx->j);
+	free(want);
 }
 
 /* A node cleaned while a passthrough look-up (jnl_pt_attr(), a mark) still
@@ -3111,6 +3217,7 @@ int main(void)
 		T(test_journal__writes_share_one_commit),
 		T(test_journal__commit_syncs_many_staging_files),
 		T(test_journal__passthrough_marks_what_the_kernel_wrote),
+		T(test_journal__passthrough_grows_while_written),
 		T(test_journal__staging_fd_in_use_outlives_its_file),
 		T(test_journal__ops_wait_for_their_directory),
 		T(test_journal__ops_after_dir_rename_wait),
