@@ -1458,7 +1458,7 @@ static int wait_remote(struct fs *fs, jnl_id id)
 			return -EIO;
 		if (node_clean(&nd) || (nd.flags & JNL_NODE_UNLINKED))
 			return 0;
-		rc = jnl_sync(fs->jnl); /* hand the flusher the writes now */
+		rc = jnl_commit(fs->jnl); /* hand the flusher the writes now */
 		if (rc < 0)
 			return rc;
 		jnl_flusher_kick(fs->fl);
@@ -1775,7 +1775,7 @@ static int xattr_wait(struct fs *fs, jnl_id id)
 		rc = id_rpath(fs, id, NULL, path);
 		if (rc != -ENOENT)
 			return rc;
-		jnl_sync(fs->jnl);
+		jnl_commit(fs->jnl);
 		jnl_flusher_kick(fs->fl);
 		nanosleep(&d, NULL);
 	}
@@ -2360,7 +2360,7 @@ int fs_wb_ctl(struct fs *fs, const char *cmd, char *reply, size_t size)
 		int rc = fs_pt_mark(fs, 0);
 
 		if (rc == 0)
-			rc = jnl_sync(fs->jnl);
+			rc = jnl_commit(fs->jnl);
 
 		jnl_flusher_kick(fs->fl);
 		jnl_stats(fs->jnl, &st);

@@ -984,15 +984,18 @@ static int sync_staging(struct jnl *j, struct jnl_ptab *t, bool waited,
 	return rc == -EIO ? jnl_fail(j, rc) : rc;
 }
 
-/* @waited: someone waits for the whole batch (jnl_sync(), jnl_close()) */
-static int commit_pending(struct jnl *j, bool locked, jnl_id only, bool waited)
+/* @waited: someone waits for the whole batch (jnl_sync(), jnl_close(),
+ * jnl_commit()); @defer: passthrough staging files may be synced later
+ * (sync_wanted()) */
+static int commit_pending(struct jnl *j, bool locked, jnl_id only, bool waited,
+			  bool defer)
 {
 	struct jnl_ptab tmp;
 	struct jnl_u64set ended = { 0 };
 	struct jnl_gc due = { 0 };
 	struct jnl_wtx w;
 	uint64_t reserved = 0;
-	bool any, unsynced, defer = !waited && !only;
+	bool any, unsynced;
 	int rc, marks_rc;
 
 	if (!locked)
@@ -1069,8 +1072,7 @@ static int commit_pending(struct jnl *j, bool locked, jnl_id only, bool waited)
 			if (ended.v[i] &&
 			    !jnl_u64set_add(&j->pt_unsynced, ended.v[i]))
 				ended.v[i] = 0; /* else: back to pt_ended */
-		j->hurry = true;
-		pthread_cond_signal(&j->cond);
+		pthread_cond_signal(&j->cond); /* the committer's timer */
 	}
 	for (size_t i = 0; i < ended.cap; i++) /* not committed: next time */
 		if (ended.v[i] && jnl_u64set_add(&j->pt_ended, ended.v[i]))
@@ -1089,12 +1091,18 @@ static int commit_pending(struct jnl *j, bool locked, jnl_id only, bool waited)
 
 int jnl_commit_pending(struct jnl *j, bool locked, jnl_id only)
 {
-	return commit_pending(j, locked, only, false);
+	return commit_pending(j, locked, only, false, !only);
 }
 
 /* The staging files of @due (ended pins, their last marks committed:
  * commit_pending() "defer") are synced: their markers go. One that cannot
- * be synced keeps its marker (logged; the next open marks it again). */
+ * be synced keeps its marker (logged; the next open marks it again). The
+ * committer does this JNL_PT_LAZY_NS to twice that after the close: by
+ * then most such files are on the remote and their staging files gone
+ * (nothing to sync), and the system has written the others back itself
+ * (vm.dirty_expire_centisecs, 30 s by default): a sync of the 1 GiB just
+ * copied in at its close slowed the flush of it by the claims' LMDB syncs
+ * queued behind its writes. */
 static void pt_sync_deferred(struct jnl *j, struct jnl_u64set *due)
 {
 	for (size_t i = 0; i < due->cap; i++) {
@@ -1136,16 +1144,20 @@ static void *committer(void *arg)
 {
 	struct jnl *j = arg;
 	int64_t next_grow = jnl_mono_ns() + (int64_t)j->commit_ms * 1000000;
+	int64_t next_lazy = jnl_mono_ns() + JNL_PT_LAZY_NS;
 
 	pthread_mutex_lock(&j->lock);
 	while (!j->stop) {
 		struct timespec until;
 		bool grow;
 
-		if (j->pt_unsynced.used) {
-			struct jnl_u64set due = j->pt_unsynced;
+		if ((j->pt_unsynced.used || j->pt_unsynced_old.used) &&
+		    jnl_mono_ns() >= next_lazy) {
+			struct jnl_u64set due = j->pt_unsynced_old;
 
+			j->pt_unsynced_old = j->pt_unsynced;
 			memset(&j->pt_unsynced, 0, sizeof(j->pt_unsynced));
+			next_lazy = jnl_mono_ns() + JNL_PT_LAZY_NS;
 			pthread_mutex_unlock(&j->lock);
 			pt_sync_deferred(j, &due);
 			pthread_mutex_lock(&j->lock);
@@ -1184,9 +1196,16 @@ static void *committer(void *arg)
 			jnl_id from = j->sweep_next;
 			int rc;
 
-			if (!from && j->pt_npins) {
-				until.tv_sec = (time_t)(next_grow / 1000000000);
-				until.tv_nsec = (long)(next_grow % 1000000000);
+			int64_t wake = INT64_MAX;
+
+			if (j->pt_npins)
+				wake = next_grow;
+			if ((j->pt_unsynced.used || j->pt_unsynced_old.used) &&
+			    next_lazy < wake)
+				wake = next_lazy;
+			if (!from && wake != INT64_MAX) {
+				until.tv_sec = (time_t)(wake / 1000000000);
+				until.tv_nsec = (long)(wake % 1000000000);
 				pthread_cond_timedwait(&j->cond, &j->lock, &until);
 				continue;
 			}
@@ -1240,7 +1259,14 @@ int jnl_sync(struct jnl *j)
 {
 	int rc = jnl_failed(j);
 
-	return rc ? rc : commit_pending(j, false, 0, true);
+	return rc ? rc : commit_pending(j, false, 0, true, false);
+}
+
+int jnl_commit(struct jnl *j)
+{
+	int rc = jnl_failed(j);
+
+	return rc ? rc : commit_pending(j, false, 0, true, true);
 }
 
 /* --- open ----------------------------------------------------------------- */
@@ -1663,6 +1689,7 @@ static void jnl_free(struct jnl *j)
 	free(j->undo.buf);
 	jnl_u64set_free(&j->pt_ended);
 	jnl_u64set_free(&j->pt_unsynced);
+	jnl_u64set_free(&j->pt_unsynced_old);
 	jnl_u64set_free(&j->pt_unclean);
 	jnl_u64set_free(&j->clean_due);
 	if (j->dirfd >= 0)
@@ -1778,11 +1805,13 @@ void jnl_close(struct jnl *j)
 	if (rc)
 		LOG_ERR("journal '%s' closed FAILED: changes after the last "
 			"commit are lost: %s", j->dir, strerror(-rc));
-	else if ((rc = commit_pending(j, false, 0, true)))
+	else if ((rc = commit_pending(j, false, 0, true, false)))
 		LOG_ERR("journal '%s' closed with uncommitted changes: %s",
 			j->dir, strerror(-rc));
-	else if (j->pt_unsynced.used) /* the committer's last ones */
+	else { /* the committer's last ones */
+		pt_sync_deferred(j, &j->pt_unsynced_old);
 		pt_sync_deferred(j, &j->pt_unsynced);
+	}
 	jnl_free(j);
 }
 

@@ -200,6 +200,10 @@ const char *jnl_remote_id(const struct jnl *j);
  * (the marks stay pending and are retried; namespace changes were
  * committed), -EIO. */
 int jnl_sync(struct jnl *j);
+/* Commit the batch now, as the group commit would: the flusher gets
+ * what is pending at once (`ferryfs flush`). Durable as a group commit
+ * is; what passed through (jnl_pt_begin()) is synced later. */
+int jnl_commit(struct jnl *j);
 
 /* --- nodes and the merged namespace ------------------------------------ */
 

@@ -405,8 +405,9 @@ struct jnl {
 	struct jnl_u64set pt_unclean, clean_due;
 	/* ended pins whose last marks a commit took before their staging
 	 * file was synced (commit_pending(), "defer"): the committer syncs
-	 * them, then their markers go (pt_sync_deferred()); lock */
-	struct jnl_u64set pt_unsynced;
+	 * them, then their markers go (pt_sync_deferred()): those of the
+	 * last JNL_PT_LAZY_NS, and those of the one before; lock */
+	struct jnl_u64set pt_unsynced, pt_unsynced_old;
 	_Atomic uint64_t pt_ends; /* pins ended; bumped under lock */
 	uint64_t fd_tick;                /* lock */
 	struct jnl_u64set handed;        /* seqs of handed-out ops; lock */
@@ -530,6 +531,7 @@ void jnl_pt_recover(struct jnl *j);
  * jnl_pt_mark() (close, fsync), which hashes the chunks the remote has and
  * marks the others again. */
 void jnl_pt_grow(struct jnl *j);
+#define JNL_PT_LAZY_NS (INT64_C(30) * 1000000000)
 /* @id is pinned (its marker stays). lock held. */
 bool jnl_pt_pinned_locked(struct jnl *j, jnl_id id);
 
