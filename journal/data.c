@@ -1405,7 +1405,8 @@ int jnl_pt_begin(struct jnl *j, jnl_id id, int *fd)
 	if (p)
 		p->refs++;
 	else if (j->pt_npins < JNL_PT_PINS)
-		j->pt_pins[j->pt_npins++] = (struct jnl_pt_pin){ .id = id, .refs = 1 };
+		j->pt_pins[j->pt_npins++] = (struct jnl_pt_pin){
+			.id = id, .refs = 1, .since = jnl_mono_ns() };
 	else
 		rc = -EBUSY;
 	pthread_mutex_unlock(&j->lock);
@@ -1710,14 +1711,22 @@ void jnl_pt_grow(struct jnl *j)
 	uint64_t from[JNL_PT_PINS];
 	unsigned int n;
 
-	/* a ref on each pin, as jnl_pt_mark_all() */
+	/* a ref on each pin open for long enough, as jnl_pt_mark_all() */
+	int64_t after = (int64_t)JNL_PT_GROW_AFTER_MS * 1000000;
+	int64_t now = jnl_mono_ns();
+	unsigned int m = 0;
+
 	pthread_mutex_lock(&j->lock);
 	n = j->pt_npins;
 	for (unsigned int i = 0; i < n; i++) {
-		ids[i] = j->pt_pins[i].id;
-		from[i] = j->pt_pins[i].grown;
+		if (now - j->pt_pins[i].since < after)
+			continue;
+		ids[m] = j->pt_pins[i].id;
+		from[m] = j->pt_pins[i].grown;
 		j->pt_pins[i].refs++;
+		m++;
 	}
+	n = m;
 	pthread_mutex_unlock(&j->lock);
 	for (unsigned int i = 0; i < n; i++) {
 		if (!jnl_failed(j))

@@ -2070,8 +2070,8 @@ static bool pt_marker_exists(struct fx *fx, jnl_id id)
 	return stat(path, &st) == 0;
 }
 
-/* A passthrough file flows while it is written: jnl_pt_grow() marks the
- * whole chunks it grew by. Its last mark (the close) takes none of them
+/* A passthrough file flows while it is written: once it is pinned for
+ * JNL_PT_GROW_AFTER_MS, jnl_pt_grow() marks the whole chunks it grew by. Its last mark (the close) takes none of them
  * again but the one the kernel changed after it was flushed: not a DIRTY
  * one, not an INFLIGHT one once its stream is done with it unchanged.
  * A commit but jnl_sync() does not sync its staging file; its marker goes
@@ -2098,6 +2098,14 @@ static void test_journal__passthrough_grows_while_written(void **state)
 	assert_true(pt_marker_exists(fx, f));
 	pattern(want, len, 11);
 	assert_int_equal(pwrite(fd, want, len, 0), (ssize_t)len);
+	/* a file pinned for less than JNL_PT_GROW_AFTER_MS: not yet */
+	jnl_pt_grow(fx->j);
+	assert_rc_ok(jnl_commit_pending(fx->j, false, 0));
+	assert_int_equal(chunk_state(fx->j, f, 0, NULL), 0);
+	for (unsigned int i = 0; i < fx->j->pt_npins; i++)
+		if (fx->j->pt_pins[i].id == f)
+			fx->j->pt_pins[i].since -=
+				(int64_t)JNL_PT_GROW_AFTER_MS * 1000000;
 	jnl_pt_grow(fx->j);
 	assert_rc_ok(jnl_commit_pending(fx->j, false, 0));
 	for (uint64_t k = 0; k < 4; k++) /* the whole chunks, not the tail */
