@@ -1627,6 +1627,15 @@ static int pt_mark_once(struct jnl *j, jnl_id id)
 		rc = w < 0 ? (int)w : 0;
 	}
 	free(need);
+	if (!rc) { /* jnl_pt_grow() goes on from here */
+		struct jnl_pt_pin *p;
+
+		pthread_mutex_lock(&j->lock);
+		p = pt_pin(j, id);
+		if (p && p->grown < ((size >> j->chunk_shift) << j->chunk_shift))
+			p->grown = (size >> j->chunk_shift) << j->chunk_shift;
+		pthread_mutex_unlock(&j->lock);
+	}
 	return rc;
 }
 
@@ -1676,6 +1685,26 @@ int jnl_pt_mark_all(struct jnl *j)
 	return rc;
 }
 
+/* Has chunk @k of @id a record, or a mark pending? */
+static bool pt_chunk_known(struct jnl *j, jnl_id id, uint64_t k)
+{
+	struct jnl_chunk_rec c;
+	struct jnl_pent e;
+	MDB_txn *txn;
+	int rc;
+
+	pthread_mutex_lock(&j->lock);
+	pend_find(j, id, k, &e);
+	pthread_mutex_unlock(&j->lock);
+	if (pent_held(&e))
+		return true;
+	if (jnl_rtx_begin(j, &txn))
+		return true; /* cannot tell: leave it to the last mark */
+	rc = jnl_chunk_get(j, txn, id, k, &c);
+	jnl_rtx_end(j);
+	return rc != -ENOENT;
+}
+
 /* jnl_pt_grow() of one node: mark [@from, the last whole chunk of its
  * staging file). Failures are left to the node's last jnl_pt_mark(),
  * which marks the whole file anyway (it logs them). */
@@ -1694,10 +1723,25 @@ static void pt_grow_one(struct jnl *j, jnl_id id, uint64_t from)
 	}
 	jnl_fd_put(j, id, fd);
 	end = ((uint64_t)st.st_size >> j->chunk_shift) << j->chunk_shift;
-	/* shrunk (a truncate): the chunks past it are the last mark's */
-	if (end > from && write_marks(j, id, NULL, (size_t)(end - from),
-				      (off_t)from, &st.st_mtim) < 0)
-		return;
+	/* shrunk (a truncate): the chunks past it are the last mark's. Each
+	 * run of chunks never marked (no record, no mark pending): one a
+	 * jnl_pt_mark() (an fsync) took already is not marked again, it may
+	 * be on the remote */
+	for (uint64_t k = from >> j->chunk_shift; k < end >> j->chunk_shift;) {
+		uint64_t a;
+
+		while (k < end >> j->chunk_shift && pt_chunk_known(j, id, k))
+			k++;
+		for (a = k; k < end >> j->chunk_shift &&
+			    !pt_chunk_known(j, id, k);
+		     k++)
+			;
+		if (k > a && write_marks(j, id, NULL,
+					 (size_t)((k - a) << j->chunk_shift),
+					 (off_t)(a << j->chunk_shift),
+					 &st.st_mtim) < 0)
+			return;
+	}
 	pthread_mutex_lock(&j->lock);
 	p = pt_pin(j, id);
 	if (p)

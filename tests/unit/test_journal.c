@@ -2137,6 +2137,13 @@ static void test_journal__passthrough_grows_while_written(void **state)
 	assert_int_equal(pthread_create(&t, NULL, release_later, &lr), 0);
 	assert_rc_ok(jnl_pt_mark(fx->j, f)); /* waits for chunk 2 */
 	pthread_join(t, NULL);
+	/* a grow after it (the pin older than JNL_PT_GROW_AFTER_MS, as after
+	 * an fsync) marks none of what a mark took, even from 0 (CI under
+	 * ASan: an fsync of nothing new sent the whole file again) */
+	for (unsigned int i = 0; i < fx->j->pt_npins; i++)
+		if (fx->j->pt_pins[i].id == f)
+			fx->j->pt_pins[i].grown = 0;
+	jnl_pt_grow(fx->j);
 	jnl_pt_end(fx->j, f);
 	close(fd);
 	assert_rc_ok(jnl_commit_pending(fx->j, false, 0));
