@@ -306,8 +306,9 @@ int fs_ctl_call(const char *mountpoint, const char *cmd, char *reply,
 	if (rc < 0)
 		return rc;
 	/* the mount is there (ctl_path found it): a daemon just started
-	 * opens its socket right after the mount command returned, so give
-	 * it up to 2 s */
+	 * opens its socket after its journal and flush streams, so give it
+	 * up to 10 s (2 s were too few for it_crash_pt's last mount once, in
+	 * CI under ASan beside two other tests) */
 	for (int i = 0;; i++) {
 		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		if (fd < 0)
@@ -316,7 +317,7 @@ int fs_ctl_call(const char *mountpoint, const char *cmd, char *reply,
 			break;
 		rc = -errno;
 		close(fd);
-		if ((rc != -ENOENT && rc != -ECONNREFUSED) || i == 40)
+		if ((rc != -ENOENT && rc != -ECONNREFUSED) || i == 200)
 			return rc;
 		usleep(50000);
 	}
