@@ -238,6 +238,20 @@ agent_done() {
 	awk '/: done: / { w += $(NF-8); h += $(NF-5); c += $(NF-1) }
 	     END { printf "%d %d %d\n", w, h, c }' "$W/agent.$1.log"
 }
+# agent_done_wait N BYTES: agent_done once its "done:" lines count BYTES
+# written or already there, or after 10 s: the agent logs a connection's
+# line when it sees the connection end, after the client's unmount
+# returned (CI under ASan once read 208 of 280 MB right after it)
+agent_done_wait() {
+	local out
+	for _ in $(seq 1 100); do
+		out=$(agent_done "$1")
+		read -r w h _ <<<"$out"
+		[ $((w + h)) -ge "$2" ] && break
+		sleep 0.1
+	done
+	echo "$out"
+}
 
 # TCP payload that reached the NAS (veth rx bytes minus 66 bytes of
 # Ethernet, IP and TCP-with-timestamps headers per packet: veth counts a
@@ -394,7 +408,7 @@ else
 		compare "$S1" "$M1" d1/e1
 	check "1: unmount, daemon exit 0" umount_fs tree
 	# every connection has ended: the agent's "done:" lines are complete
-	read -r aw ah ac <<<"$(agent_done $agent_no)"
+	read -r aw ah ac <<<"$(agent_done_wait $agent_no "$data")"
 	log "1: agent: $aw bytes written, $ah already there, $ac chunks"
 	check "1: the agent wrote every byte of data ($aw + $ah = $data)" \
 		test $((aw + ah)) = "$data"
