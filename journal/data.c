@@ -1459,6 +1459,14 @@ uint64_t jnl_pt_epoch(struct jnl *j)
 #define PT_SETTLE_MS 1000
 #define PT_SETTLE_MAX 64 /* INFLIGHT chunks waited for */
 
+/* the length chunk @k of a staging file of @size bytes has */
+static uint64_t pt_want(const struct jnl *j, uint64_t size, uint64_t k)
+{
+	uint64_t start = k << j->chunk_shift;
+
+	return size - start < j->chunk_size ? size - start : j->chunk_size;
+}
+
 /* need[@k] of chunk record @c (FLUSHED or DIRTY, of full length @want):
  * false if its bytes are what the remote has or will have. */
 static int pt_chunk_need(struct jnl *j, jnl_id id, int fd, uint64_t k,
@@ -1533,9 +1541,7 @@ static int pt_need(struct jnl *j, jnl_id id, int fd, const struct stat *st,
 		}
 		jnl_rtx_end(j);
 		for (uint64_t i = 0; i < n && !rc; i++) {
-			uint64_t k = k0 + i, start = k << j->chunk_shift;
-			uint64_t want = size - start < j->chunk_size ?
-						size - start : j->chunk_size;
+			uint64_t k = k0 + i, want = pt_want(j, size, k);
 
 			need[k] = true;
 			if ((k == count - 1 && !same) || !have[i])
@@ -1565,9 +1571,7 @@ static int pt_need(struct jnl *j, jnl_id id, int fd, const struct stat *st,
 		}
 		jnl_rtx_end(j);
 		for (unsigned int i = 0; i < nsettle && !rc; i++) {
-			uint64_t k = settle[i], start = k << j->chunk_shift;
-			uint64_t want = size - start < j->chunk_size ?
-						size - start : j->chunk_size;
+			uint64_t k = settle[i], want = pt_want(j, size, k);
 
 			if (got[i] && r[i].state == JNL_CHUNK_INFLIGHT)
 				settle[left++] = k;
@@ -1685,24 +1689,31 @@ int jnl_pt_mark_all(struct jnl *j)
 	return rc;
 }
 
-/* Has chunk @k of @id a record, or a mark pending? */
-static bool pt_chunk_known(struct jnl *j, jnl_id id, uint64_t k)
+/* known[i]: has chunk @k0 + i (i < @n <= PT_BATCH) of @id a record, or a
+ * mark pending? All true if that cannot be told (left to the last mark). */
+static void pt_known(struct jnl *j, jnl_id id, uint64_t k0, uint64_t n,
+		     bool *known)
 {
 	struct jnl_chunk_rec c;
 	struct jnl_pent e;
 	MDB_txn *txn;
-	int rc;
 
 	pthread_mutex_lock(&j->lock);
-	pend_find(j, id, k, &e);
+	for (uint64_t i = 0; i < n; i++) {
+		pend_find(j, id, k0 + i, &e);
+		known[i] = pent_held(&e);
+	}
 	pthread_mutex_unlock(&j->lock);
-	if (pent_held(&e))
-		return true;
-	if (jnl_rtx_begin(j, &txn))
-		return true; /* cannot tell: leave it to the last mark */
-	rc = jnl_chunk_get(j, txn, id, k, &c);
+	if (jnl_rtx_begin(j, &txn)) {
+		for (uint64_t i = 0; i < n; i++)
+			known[i] = true;
+		return;
+	}
+	for (uint64_t i = 0; i < n; i++)
+		if (!known[i])
+			known[i] = jnl_chunk_get(j, txn, id, k0 + i, &c) !=
+				   -ENOENT;
 	jnl_rtx_end(j);
-	return rc != -ENOENT;
 }
 
 /* jnl_pt_grow() of one node: mark [@from, the last whole chunk of its
@@ -1711,6 +1722,7 @@ static bool pt_chunk_known(struct jnl *j, jnl_id id, uint64_t k)
 static void pt_grow_one(struct jnl *j, jnl_id id, uint64_t from)
 {
 	struct jnl_pt_pin *p;
+	bool known[PT_BATCH];
 	struct stat st;
 	uint64_t end;
 	int fd;
@@ -1722,55 +1734,53 @@ static void pt_grow_one(struct jnl *j, jnl_id id, uint64_t from)
 		return;
 	}
 	jnl_fd_put(j, id, fd);
-	end = ((uint64_t)st.st_size >> j->chunk_shift) << j->chunk_shift;
+	end = (uint64_t)st.st_size >> j->chunk_shift; /* whole chunks */
 	/* shrunk (a truncate): the chunks past it are the last mark's. Each
 	 * run of chunks never marked (no record, no mark pending): one a
 	 * jnl_pt_mark() (an fsync) took already is not marked again, it may
 	 * be on the remote */
-	for (uint64_t k = from >> j->chunk_shift; k < end >> j->chunk_shift;) {
-		uint64_t a;
+	for (uint64_t k0 = from >> j->chunk_shift; k0 < end; k0 += PT_BATCH) {
+		uint64_t n = end - k0 < PT_BATCH ? end - k0 : PT_BATCH;
 
-		while (k < end >> j->chunk_shift && pt_chunk_known(j, id, k))
-			k++;
-		for (a = k; k < end >> j->chunk_shift &&
-			    !pt_chunk_known(j, id, k);
-		     k++)
-			;
-		if (k > a && write_marks(j, id, NULL,
-					 (size_t)((k - a) << j->chunk_shift),
-					 (off_t)(a << j->chunk_shift),
-					 &st.st_mtim) < 0)
-			return;
+		pt_known(j, id, k0, n, known);
+		for (uint64_t i = 0, a; i < n;) {
+			while (i < n && known[i])
+				i++;
+			for (a = i; i < n && !known[i]; i++)
+				;
+			if (i > a &&
+			    write_marks(j, id, NULL,
+					(size_t)((i - a) << j->chunk_shift),
+					(off_t)((k0 + a) << j->chunk_shift),
+					&st.st_mtim) < 0)
+				return;
+		}
 	}
 	pthread_mutex_lock(&j->lock);
 	p = pt_pin(j, id);
 	if (p)
-		p->grown = end;
+		p->grown = end << j->chunk_shift;
 	pthread_mutex_unlock(&j->lock);
 }
 
+/* a ref on each pin open for JNL_PT_GROW_AFTER_MS, as jnl_pt_mark_all() */
 void jnl_pt_grow(struct jnl *j)
 {
-	jnl_id ids[JNL_PT_PINS];
-	uint64_t from[JNL_PT_PINS];
-	unsigned int n;
-
-	/* a ref on each pin open for long enough, as jnl_pt_mark_all() */
 	int64_t after = (int64_t)JNL_PT_GROW_AFTER_MS * 1000000;
 	int64_t now = jnl_mono_ns();
-	unsigned int m = 0;
+	uint64_t from[JNL_PT_PINS];
+	jnl_id ids[JNL_PT_PINS];
+	unsigned int n = 0;
 
 	pthread_mutex_lock(&j->lock);
-	n = j->pt_npins;
-	for (unsigned int i = 0; i < n; i++) {
+	for (unsigned int i = 0; i < j->pt_npins; i++) {
 		if (now - j->pt_pins[i].since < after)
 			continue;
-		ids[m] = j->pt_pins[i].id;
-		from[m] = j->pt_pins[i].grown;
+		ids[n] = j->pt_pins[i].id;
+		from[n] = j->pt_pins[i].grown;
 		j->pt_pins[i].refs++;
-		m++;
+		n++;
 	}
-	n = m;
 	pthread_mutex_unlock(&j->lock);
 	for (unsigned int i = 0; i < n; i++) {
 		if (!jnl_failed(j))

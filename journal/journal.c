@@ -917,6 +917,25 @@ static bool sync_wanted(struct jnl *j, const struct jnl_pent *e, bool defer,
 	return !pt;
 }
 
+/* fdatasync the staging file of node @id: 0 if it has none (cancelled,
+ * truncated away, cleaned), and nothing left to lose then */
+static int sync_one(struct jnl *j, jnl_id id)
+{
+	int fd, rc;
+
+	rc = jnl_fd_get(j, id, false, &fd);
+	if (rc == -ENOENT)
+		return 0;
+	if (!rc) {
+		rc = jnl_sys_fdatasync(fd);
+		jnl_fd_put(j, id, fd);
+	}
+	if (rc)
+		LOG_ERR("cannot sync staging file of node %" PRIu64 " in '%s': %s",
+			id, j->dir, strerror(-rc));
+	return rc;
+}
+
 /* fdatasync the staging file of every node in @t with dirty or filled
  * chunks (but those sync_wanted() leaves). */
 static int sync_staging_each(struct jnl *j, struct jnl_ptab *t, bool defer,
@@ -927,26 +946,13 @@ static int sync_staging_each(struct jnl *j, struct jnl_ptab *t, bool defer,
 
 	for (size_t i = 0; i < t->cap && !rc; i++) {
 		struct jnl_pent *e = &t->e[i];
-		int fd;
 
 		if (!sync_wanted(j, e, defer, ended) ||
 		    jnl_u64set_has(&done, e->id))
 			continue;
 		rc = jnl_u64set_add(&done, e->id);
-		if (rc)
-			break;
-		rc = jnl_fd_get(j, e->id, false, &fd);
-		if (rc == -ENOENT) { /* cancelled or truncated away */
-			rc = 0;
-			continue;
-		}
-		if (rc)
-			break;
-		rc = jnl_sys_fdatasync(fd);
-		jnl_fd_put(j, e->id, fd);
-		if (rc)
-			LOG_ERR("cannot sync staging file of node %" PRIu64
-				" in '%s': %s", e->id, j->dir, strerror(-rc));
+		if (!rc)
+			rc = sync_one(j, e->id);
 	}
 	jnl_u64set_free(&done);
 	return rc;
@@ -1106,21 +1112,9 @@ int jnl_commit_pending(struct jnl *j, bool locked, jnl_id only)
 static void pt_sync_deferred(struct jnl *j, struct jnl_u64set *due)
 {
 	for (size_t i = 0; i < due->cap; i++) {
-		int fd, rc;
+		int rc = due->v[i] ? sync_one(j, due->v[i]) : 0;
 
-		if (!due->v[i])
-			continue;
-		rc = jnl_fd_get(j, due->v[i], false, &fd);
-		if (rc == -ENOENT) /* cleaned: nothing left to lose */
-			continue;
-		if (!rc) {
-			rc = jnl_sys_fdatasync(fd);
-			jnl_fd_put(j, due->v[i], fd);
-		}
 		if (rc) {
-			LOG_ERR("cannot sync staging file of node %" PRIu64
-				" in '%s': %s", due->v[i], j->dir,
-				strerror(-rc));
 			if (rc == -EIO)
 				jnl_fail(j, rc);
 			due->v[i] = 0;
@@ -1140,10 +1134,16 @@ static void mono_after(struct timespec *ts, long ms)
 	ts->tv_nsec %= 1000000000L;
 }
 
+/* CLOCK_MONOTONIC in ns a commit period from now */
+static int64_t next_period(const struct jnl *j)
+{
+	return jnl_mono_ns() + (int64_t)j->commit_ms * 1000000;
+}
+
 static void *committer(void *arg)
 {
 	struct jnl *j = arg;
-	int64_t next_grow = jnl_mono_ns() + (int64_t)j->commit_ms * 1000000;
+	int64_t next_grow = next_period(j);
 	int64_t next_lazy = jnl_mono_ns() + JNL_PT_LAZY_NS;
 
 	pthread_mutex_lock(&j->lock);
@@ -1165,7 +1165,7 @@ static void *committer(void *arg)
 		}
 		if (j->pt_npins && jnl_mono_ns() >= next_grow) {
 			/* passthrough files grow behind the journal's back */
-			next_grow = jnl_mono_ns() + (int64_t)j->commit_ms * 1000000;
+			next_grow = next_period(j);
 			pthread_mutex_unlock(&j->lock);
 			jnl_pt_grow(j);
 			pthread_mutex_lock(&j->lock);
@@ -1233,7 +1233,7 @@ static void *committer(void *arg)
 		grow = j->pt_npins != 0;
 		pthread_mutex_unlock(&j->lock);
 		if (grow) { /* what they grew by goes with this commit */
-			next_grow = jnl_mono_ns() + (int64_t)j->commit_ms * 1000000;
+			next_grow = next_period(j);
 			jnl_pt_grow(j);
 		}
 		int rc = jnl_commit_pending(j, false, 0);
