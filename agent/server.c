@@ -37,6 +37,7 @@
 #include <openssl/evp.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -50,11 +51,21 @@
 
 #define HANDLES_MAX 256
 
-#define LOG(...)                                                       \
-	do {                                                           \
-		fprintf(stderr, "ferry-agent: " __VA_ARGS__);          \
-		fputc('\n', stderr);                                   \
-	} while (0)
+/* One line on stderr in one write: connections' threads log at once (a
+ * format and its newline written apart mixed two lines into one). */
+static void agent_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void agent_log(const char *fmt, ...)
+{
+	char line[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "ferry-agent: %s\n", line);
+}
+
+#define LOG(...) agent_log(__VA_ARGS__)
 
 struct handle {
 	uint32_t hid; /* 0 = free */

@@ -565,13 +565,17 @@ static void agent_try(struct stream *s)
 	if (!rc)
 		rc = agent_owner(s);
 	if (rc) {
-		LOG_DBG("flush stream %u: agent: %s", s->no, strerror(-rc));
 		/* a host that does not answer costs a connect timeout per
 		 * try: try less often while it stays away */
 		s->agent_wait_ns = s->agent_wait_ns ? s->agent_wait_ns * 2 :
 						      AGENT_RETRY_NS;
 		if (s->agent_wait_ns > AGENT_RETRY_MAX_NS)
 			s->agent_wait_ns = AGENT_RETRY_MAX_NS;
+		if (!s->agent_elsewhere)
+			LOG_INFO("flush stream %u: agent not used: %s; through "
+				 "the share, the agent again in %lld s", s->no,
+				 strerror(-rc),
+				 (long long)(s->agent_wait_ns / NS_PER_S));
 		s->agent_retry_at = jnl_mono_ns() + s->agent_wait_ns;
 		return;
 	}
