@@ -373,6 +373,9 @@ void fs_names_release(struct fs *fs);
 int fs_wb_open(struct fs *fs, bool check_only);
 int fs_wb_start(struct fs *fs);
 void fs_wb_stop(struct fs *fs);
+/* the last ref of a write-back handle (h->id) went: the journal drops the
+ * data of its node if that has no name left (jnl_node_close()) */
+void fs_wb_handle_gone(struct fs *fs, struct fs_handle *h);
 int fs_wb_ctl(struct fs *fs, const char *cmd, char *reply, size_t size);
 
 /* read.c: remote reads through the cache (see there) */

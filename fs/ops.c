@@ -98,6 +98,8 @@ int fs_handle_put(struct fs *fs, struct fs_handle *h)
 		return 0;
 	if (h->pt)
 		fs_pt_close(fs, h);
+	if (h->id)
+		fs_wb_handle_gone(fs, h);
 	return handle_free(h);
 }
 

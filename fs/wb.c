@@ -1132,8 +1132,10 @@ static int handle_new(struct fs *fs, struct fs_inode *n, jnl_id id, int flags,
 {
 	struct fs_handle *h = calloc(1, sizeof(*h));
 
-	if (!h)
+	if (!h || jnl_node_open(fs->jnl, id)) { /* its data stays while open */
+		free(h);
 		return -ENOMEM;
+	}
 	h->id = id;
 	h->inode = n;
 	h->append = (flags & O_APPEND) != 0;
@@ -1142,6 +1144,12 @@ static int handle_new(struct fs *fs, struct fs_inode *n, jnl_id id, int flags,
 	fs_itab_handle_add(fs->itab, h);
 	*out = h;
 	return 0;
+}
+
+/* The last ref of write-back handle @h went (ops.c fs_handle_put()). */
+void fs_wb_handle_gone(struct fs *fs, struct fs_handle *h)
+{
+	jnl_node_close(fs->jnl, h->id);
 }
 
 /* The file info of a write-back open of @n (node attributes @st). */

@@ -2135,6 +2135,12 @@ int jnl_chunk_release(struct jnl *j, const struct jnl_chunk_ref *c, bool ok,
 	if (rc)
 		goto out_abort;
 	rc = jnl_wtx_commit(&w);
+	if (!rc && (n->r.flags & JNL_NODE_UNLINKED)) {
+		/* jnl_node_clean() left it for this release */
+		pthread_mutex_lock(&j->lock);
+		jnl_clean_later_locked(j, c->id);
+		pthread_mutex_unlock(&j->lock);
+	}
 	goto out_free;
 
 out_abort:
@@ -2177,7 +2183,34 @@ static int clean_ok(const struct jnl_nrec *n)
 {
 	if (!S_ISREG(n->r.mode))
 		return 1;
+	if (n->r.flags & JNL_NODE_UNLINKED)
+		return 0; /* its data goes nowhere: dropped (if not open) */
 	return node_pending(n) ? -EBUSY : 0;
+}
+
+/* Let the committer clean node @id (jnl_node_clean()). lock held. */
+void jnl_clean_later_locked(struct jnl *j, jnl_id id)
+{
+	if (!jnl_u64set_add(&j->clean_due, id))
+		pthread_cond_signal(&j->cond);
+}
+
+int jnl_node_open(struct jnl *j, jnl_id id)
+{
+	int64_t n;
+
+	pthread_mutex_lock(&j->lock);
+	n = jnl_u64count_add(&j->opens, id, 1);
+	pthread_mutex_unlock(&j->lock);
+	return n < 0 ? (int)n : 0;
+}
+
+void jnl_node_close(struct jnl *j, jnl_id id)
+{
+	pthread_mutex_lock(&j->lock);
+	if (jnl_u64count_add(&j->opens, id, -1) == 0)
+		jnl_clean_later_locked(j, id); /* unlinked meanwhile? */
+	pthread_mutex_unlock(&j->lock);
 }
 
 /* Has node @id a mark in pend? lock held, and commit_lock (committing is
@@ -2330,6 +2363,7 @@ int jnl_node_clean(struct jnl *j, jnl_id id)
 	struct jnl_nrec *n;
 	struct jnl_wtx w;
 	size_t count = 0;
+	bool unlinked;
 	MDB_txn *txn;
 	int rc;
 
@@ -2343,6 +2377,7 @@ int jnl_node_clean(struct jnl *j, jnl_id id)
 	rc = jnl_node_read(j, txn, id, n);
 	if (!rc)
 		rc = clean_ok(n);
+	unlinked = !rc && (n->r.flags & JNL_NODE_UNLINKED);
 	if (!rc) {
 		rc = has_chunks(j, txn, id);
 		rc = rc < 0 ? rc : !rc;
@@ -2351,12 +2386,21 @@ int jnl_node_clean(struct jnl *j, jnl_id id)
 	if (rc)
 		goto out_free;
 
-	rc = quiet_begin(j, id, &w);
+	/* an unlinked node's marks are committed first: they go too */
+	rc = jnl_quiet_begin(j, id, unlinked, &w);
 	if (rc)
 		goto out_free;
 	rc = jnl_node_read(j, w.txn, id, n);
 	if (!rc)
 		rc = clean_ok(n);
+	if (!rc && (n->r.flags & JNL_NODE_UNLINKED)) {
+		/* open: the application may read it still (its close
+		 * calls this again) */
+		pthread_mutex_lock(&j->lock);
+		if (jnl_u64count_get(&j->opens, id))
+			rc = -EBUSY;
+		pthread_mutex_unlock(&j->lock);
+	}
 	if (!rc) {
 		/* the kernel writes it (passthrough): its chunk records stay
 		 * for jnl_pt_mark() to compare with; cleaned after the pin
@@ -2373,6 +2417,10 @@ int jnl_node_clean(struct jnl *j, jnl_id id)
 	}
 	if (!rc)
 		rc = chunks_of(&w, id, 0, &idx, &recs, &count);
+	for (size_t i = 0; i < count && !rc; i++) /* a stream's: its
+						    release calls again */
+		if (recs[i].state == JNL_CHUNK_INFLIGHT)
+			rc = -EBUSY;
 	for (size_t i = 0; i < count && !rc; i++)
 		rc = chunk_move(&w, id, n, idx[i], &recs[i], NULL);
 	if (!rc) {

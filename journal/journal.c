@@ -1692,6 +1692,7 @@ static void jnl_free(struct jnl *j)
 	jnl_u64set_free(&j->pt_unsynced_old);
 	jnl_u64set_free(&j->pt_unclean);
 	jnl_u64set_free(&j->clean_due);
+	jnl_u64count_free(&j->opens);
 	if (j->dirfd >= 0)
 		close(j->dirfd); /* drops the flock */
 	jnl_ptab_free(&j->pend);

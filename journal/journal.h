@@ -582,7 +582,7 @@ void jnl_names_move_end(struct jnl *j);
  * it only when the node is on the remote (not LOCAL, not UNLINKED), has no
  * chunk that is not FLUSHED, no write not committed yet and no pending op
  * (so its FINISH was acknowledged); the flusher calls it after acking an
- * op of the node. The records go in one transaction, the staging file after
+ * op of the node. An UNLINKED node is cleaned otherwise (below). The records go in one transaction, the staging file after
  * it: a crash in between leaves a staging file no record points at, which
  * is harmless (no chunk of it is "held"; a later write that covers a chunk
  * in part fills it first); the file is removed once the records' removal
@@ -593,6 +593,19 @@ void jnl_names_move_end(struct jnl *j);
  * journal (not only of this node) while it commits.
  */
 int jnl_node_clean(struct jnl *j, jnl_id id);
+
+/*
+ * An unlinked regular file (no name left here) needs none of its data on
+ * the remote: jnl_node_clean() drops its chunk records, whatever their
+ * state (an INFLIGHT one after its stream released it), and its staging
+ * file, once no handle of it is open. The caller counts its handles:
+ * jnl_node_open() when one opens (-ENOMEM), jnl_node_close() when it
+ * closes. The unlink, the last close and the release of a stream's chunk
+ * have the committer clean the node; the sweep after an open cleans those
+ * a kill left.
+ */
+int jnl_node_open(struct jnl *j, jnl_id id);
+void jnl_node_close(struct jnl *j, jnl_id id);
 
 /*
  * Another writer changed the remote object of a node that has nothing

@@ -253,6 +253,23 @@ int jnl_u64set_add(struct jnl_u64set *s, uint64_t v);
 void jnl_u64set_del(struct jnl_u64set *s, uint64_t v);
 void jnl_u64set_free(struct jnl_u64set *s);
 
+/* --- a count per u64 key (open handles per node) -------------------------- */
+
+struct jnl_u64count {
+	uint64_t *k; /* 0 = empty slot (key 0 is not counted) */
+	uint32_t *n;
+	size_t cap, used;
+};
+
+/* the count of @k after adding @d (+1 or -1; a key at 0 goes);
+ * -ENOMEM if it cannot grow */
+int64_t jnl_u64count_add(struct jnl_u64count *c, uint64_t k, int d);
+uint32_t jnl_u64count_get(const struct jnl_u64count *c, uint64_t k);
+void jnl_u64count_free(struct jnl_u64count *c);
+
+/* the committer cleans node @id soon (jnl_node_clean()); lock held */
+void jnl_clean_later_locked(struct jnl *j, jnl_id id);
+
 /* --- the open journal ---------------------------------------------------- */
 
 /* The flusher's wake-up hook (jnl_notify_set() below). */
@@ -404,6 +421,9 @@ struct jnl {
 	 * are what jnl_pt_mark() compares with), and those of them whose
 	 * pin ended since: the committer cleans them; lock */
 	struct jnl_u64set pt_unclean, clean_due;
+	/* open handles per node (jnl_node_open()): a node unlinked keeps
+	 * its data while one is open; lock */
+	struct jnl_u64count opens;
 	/* ended pins whose last marks a commit took before their staging
 	 * file was synced (commit_pending(), "defer"): the committer syncs
 	 * them, then their markers go (pt_sync_deferred()): those of the

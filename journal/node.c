@@ -568,6 +568,11 @@ static int node_unlinked(struct jnl_wtx *w, jnl_id id, struct jnl_nrec *n)
 
 	n->r.nlink = 0;
 	n->r.flags |= JNL_NODE_UNLINKED;
+	if (S_ISREG(n->r.mode)) { /* its data goes nowhere now */
+		pthread_mutex_lock(&w->j->lock);
+		jnl_clean_later_locked(w->j, id);
+		pthread_mutex_unlock(&w->j->lock);
+	}
 	return was ? jnl_chunks_enqueue(w, id, n, false) : 0;
 }
 

@@ -122,6 +122,95 @@ void jnl_u64set_free(struct jnl_u64set *s)
 	memset(s, 0, sizeof(*s));
 }
 
+/* --- u64 counts --------------------------------------------------------------- */
+
+static size_t count_slot(const struct jnl_u64count *c, uint64_t k)
+{
+	size_t i = u64_hash(k) & (c->cap - 1);
+
+	while (c->k[i] && c->k[i] != k)
+		i = (i + 1) & (c->cap - 1);
+	return i;
+}
+
+uint32_t jnl_u64count_get(const struct jnl_u64count *c, uint64_t k)
+{
+	size_t i;
+
+	if (!c->cap || !k)
+		return 0;
+	i = count_slot(c, k);
+	return c->k[i] ? c->n[i] : 0;
+}
+
+static int count_grow(struct jnl_u64count *c)
+{
+	struct jnl_u64count g = { .cap = c->cap ? c->cap * 2 : 16 };
+
+	g.k = calloc(g.cap, sizeof(*g.k));
+	g.n = calloc(g.cap, sizeof(*g.n));
+	if (!g.k || !g.n) {
+		free(g.k);
+		free(g.n);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < c->cap; i++) {
+		if (c->k[i]) {
+			size_t s = count_slot(&g, c->k[i]);
+
+			g.k[s] = c->k[i];
+			g.n[s] = c->n[i];
+		}
+	}
+	g.used = c->used;
+	jnl_u64count_free(c);
+	*c = g;
+	return 0;
+}
+
+int64_t jnl_u64count_add(struct jnl_u64count *c, uint64_t k, int d)
+{
+	size_t i, x;
+
+	if (!k)
+		return 0;
+	if ((c->used + 1) * 2 > c->cap && count_grow(c))
+		return -ENOMEM;
+	i = count_slot(c, k);
+	if (!c->k[i]) {
+		if (d <= 0)
+			return 0;
+		c->k[i] = k;
+		c->n[i] = 0;
+		c->used++;
+	}
+	if (d < 0 && c->n[i] <= 1) { /* gone: re-place the rest of the run */
+		c->k[i] = 0;
+		c->used--;
+		for (x = (i + 1) & (c->cap - 1); c->k[x];
+		     x = (x + 1) & (c->cap - 1)) {
+			uint64_t kk = c->k[x];
+			uint32_t n = c->n[x];
+			size_t s;
+
+			c->k[x] = 0;
+			s = count_slot(c, kk);
+			c->k[s] = kk;
+			c->n[s] = n;
+		}
+		return 0;
+	}
+	c->n[i] = (uint32_t)((int64_t)c->n[i] + d);
+	return c->n[i];
+}
+
+void jnl_u64count_free(struct jnl_u64count *c)
+{
+	free(c->k);
+	free(c->n);
+	memset(c, 0, sizeof(*c));
+}
+
 /* --- records -------------------------------------------------------------------- */
 
 int jnl_op_nodes(const struct jnl_op_rec *r, jnl_id out[4])

@@ -407,6 +407,9 @@ else
 	check "1: the mount shows the same tree after the flush" \
 		compare "$S1" "$M1" d1/e1
 	check "1: unmount, daemon exit 0" umount_fs tree
+	# the files removed before the flush (ops1.sh) left no data behind
+	check "1: the unmount left nothing in the journal" \
+		bash -c "! grep 'unmounted with' '$W/ferryfs.tree.log'"
 	# every connection has ended: the agent's "done:" lines are complete
 	read -r aw ah ac <<<"$(agent_done_wait $agent_no "$data")"
 	log "1: agent: $aw bytes written, $ah already there, $ac chunks"

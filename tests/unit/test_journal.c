@@ -1726,12 +1726,79 @@ static void test_journal__unlinked_node_is_not_claimed(void **state)
 	jnl_id f;
 
 	f = flushable_file(fx, "f", 1);
+	assert_rc_ok(jnl_node_open(fx->j, f));
 	assert_rc_ok(jnl_unlink(fx->j, JNL_ROOT, "f"));
 	jnl_assert_sane(fx->j);
 	assert_int_equal(jnl_chunk_claim(fx->j, &c, 1), 0);
 	write_pattern(fx->j, f, CS, 10, 1); /* an open handle still writes */
 	assert_rc_ok(jnl_sync(fx->j));
 	assert_int_equal(jnl_chunk_claim(fx->j, &c, 1), 0);
+	jnl_assert_sane(fx->j);
+	jnl_node_close(fx->j, f);
+}
+
+/* poll (2 s at most) until the journal holds no chunk and no staging
+ * byte; the ms it took, or -1 */
+static int wait_no_data(struct jnl *j)
+{
+	for (int i = 0; i < 100; i++) {
+		struct jnl_stats s = stats(j);
+
+		if (!s.dirty_bytes && !s.inflight_bytes && !s.flushed_bytes &&
+		    !s.staging_bytes)
+			return i * 20;
+		usleep(20 * 1000);
+	}
+	return -1;
+}
+
+/* An unlinked file's data goes nowhere: the journal drops it, but not
+ * while a handle is open (the application reads it still) nor a chunk
+ * in a stream's hands; a kill that left one is swept after the open. */
+static void test_journal__unlinked_node_data_goes_once_closed(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_chunk_ref c;
+	char buf[10];
+	bool have[1];
+	jnl_id f, g;
+	int ms;
+
+	f = flushable_file(fx, "f", 2);
+	assert_rc_ok(jnl_node_open(fx->j, f));
+	assert_rc_ok(jnl_node_open(fx->j, f)); /* two handles */
+	assert_int_equal(jnl_chunk_claim(fx->j, &c, 1), 1);
+	assert_rc_ok(jnl_unlink(fx->j, JNL_ROOT, "f"));
+	write_pattern(fx->j, f, 2 * CS, 10, 7); /* a mark still pending */
+	usleep(300 * 1000);
+	assert_int_equal(chunk_state(fx->j, f, 1, NULL), JNL_CHUNK_DIRTY);
+	assert_int_equal(jnl_read(fx->j, f, buf, sizeof(buf), 2 * CS, have),
+			 (ssize_t)sizeof(buf));
+	assert_true(have[0]);
+	jnl_node_close(fx->j, f);
+	usleep(300 * 1000); /* one handle left */
+	assert_int_equal(chunk_state(fx->j, f, 1, NULL), JNL_CHUNK_DIRTY);
+	jnl_node_close(fx->j, f);
+	usleep(300 * 1000); /* chunk 0 is a stream's: all stays */
+	assert_int_equal(chunk_state(fx->j, f, 0, NULL), JNL_CHUNK_INFLIGHT);
+	assert_int_equal(chunk_state(fx->j, f, 1, NULL), JNL_CHUNK_DIRTY);
+	jnl_assert_sane(fx->j);
+	assert_rc_ok(jnl_chunk_release(fx->j, &c, true, sha));
+	ms = wait_no_data(fx->j);
+	print_message("unlinked: data gone %d ms after the release\n", ms);
+	assert_true(ms >= 0);
+	assert_int_equal(chunk_state(fx->j, f, 0, NULL), 0);
+	assert_int_equal(chunk_state(fx->j, f, 2, NULL), 0);
+	jnl_assert_sane(fx->j);
+
+	/* a kill with a handle open: the sweep after the open drops it */
+	g = flushable_file(fx, "g", 1);
+	assert_rc_ok(jnl_node_open(fx->j, g));
+	assert_rc_ok(jnl_unlink(fx->j, JNL_ROOT, "g"));
+	usleep(300 * 1000);
+	assert_int_equal(chunk_state(fx->j, g, 0, NULL), JNL_CHUNK_DIRTY);
+	reopen(fx);
+	assert_true(wait_no_data(fx->j) >= 0);
 	jnl_assert_sane(fx->j);
 }
 
@@ -3231,6 +3298,7 @@ int main(void)
 		T(test_journal__write_while_inflight_stays_dirty),
 		T(test_journal__truncate_drops_chunks),
 		T(test_journal__unlinked_node_is_not_claimed),
+		T(test_journal__unlinked_node_data_goes_once_closed),
 		T(test_journal__recovery_resends_only_inflight),
 		T(test_journal__crash_with_chunks_in_flight),
 		T(test_journal__group_commit_survives_crash),
