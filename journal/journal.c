@@ -107,7 +107,9 @@
  * 14. jnl_node_clean() drops chunk records only of a node with unflushed
  *     0, nops 0 and no mark in pend, and sets its rvalid to its size: the
  *     remote then holds all of its merged content, so the chunks no longer
- *     held are read there (and partial writes fill first). drop_flushed()
+ *     held are read there (and partial writes fill first); or of an
+ *     UNLINKED one with no handle open (j->opens) and no chunk INFLIGHT,
+ *     whose content nobody can read any more (its marks committed first). drop_flushed()
  *     drops full FLUSHED chunks with no mark of a node with nops 0 and
  *     raises rvalid only over a contiguous run of them: the same holds for
  *     [0, rvalid). The flusher cleans a node after each ack of its ops,
