@@ -337,6 +337,7 @@ struct fs {
 	unsigned int pt_n;             /* pt_lock */
 	_Atomic unsigned int pt_nodes; /* pt_n, read without the lock */
 	_Atomic uint64_t pt_opens;     /* opens that passed through */
+	_Atomic uint64_t pt_requests;  /* FUSE requests read (pt_read()) */
 };
 
 /* pt.c: passthrough of write-only copies into the journal (see there).

@@ -18,6 +18,14 @@
  * the thread that handles the request, so thread-local state says which
  * reply to change.
  *
+ * It also adds FUSE_HANDLE_KILLPRIV_V2 (this daemon clears set-id bits
+ * itself anyway: wb.c clear_suid(), wb_setattr()): the kernel then marks
+ * the mount SB_NOSEC, and a passed-through write asks the daemon for the
+ * file's security.capability only once (the inode is S_NOSEC after), not
+ * at each write (backing_file_write_iter() -> file_remove_privs(): a
+ * GETXATTR round trip per write, most of a `cp`'s time: 0.33 s against
+ * 0.26 s for a local one, 1 GiB; 0.26 s with it, README).
+ *
  * Which opens pass through (fs_pt_open()): the write-only open of a
  * regular file whose size is 0 once opened (created, or truncated by
  * O_TRUNC) with no set-id bit, and no other open of it: its staging file
@@ -70,6 +78,7 @@
 #define PT_INIT_EXT (1u << 30)
 #define PT_FLAGS2_PASSTHROUGH (1u << 5) /* FUSE_PASSTHROUGH, 1ull << 37 */
 #define PT_FLAGS_WRITEBACK_CACHE (1u << 16)
+#define PT_FLAGS_HANDLE_KILLPRIV_V2 (1u << 28)
 #define PT_FOPEN_PASSTHROUGH (1u << 7)
 #define PT_FOPEN_DIRECT_IO (1u << 0)
 #define PT_FOPEN_KEEP_CACHE (1u << 1)
@@ -131,13 +140,16 @@ static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
 	struct pt_in_header h;
 	struct pt_init_in in;
 
+	if (n > 0)
+		atomic_fetch_add(&fs->pt_requests, 1);
 	if (n >= (ssize_t)(sizeof(h) + sizeof(in))) {
 		memcpy(&h, buf, sizeof(h));
 		if (h.opcode == PT_OP_INIT) {
 			memcpy(&in, (char *)buf + sizeof(h), sizeof(in));
 			fs->pt_offered = in.major == 7 && in.minor >= 40 &&
 					 (in.flags & PT_INIT_EXT) &&
-					 (in.flags2 & PT_FLAGS2_PASSTHROUGH);
+					 (in.flags2 & PT_FLAGS2_PASSTHROUGH) &&
+					 (in.flags & PT_FLAGS_HANDLE_KILLPRIV_V2);
 		}
 	}
 	return n;
@@ -164,7 +176,8 @@ static ssize_t pt_writev(int fd, struct iovec *iov, int count, void *userdata)
 			struct pt_init_out *o = iov[1].iov_base;
 
 			if (!(o->flags & PT_FLAGS_WRITEBACK_CACHE)) {
-				o->flags |= PT_INIT_EXT;
+				o->flags |= PT_INIT_EXT |
+					    PT_FLAGS_HANDLE_KILLPRIV_V2;
 				o->flags2 |= PT_FLAGS2_PASSTHROUGH;
 				o->max_stack_depth = 1;
 				atomic_store(&fs->pt_on, true);

@@ -2298,6 +2298,7 @@ static int wb_status(struct fs *fs, char *reply, size_t size)
 		"\"resent_bytes\": %llu, \"flushed_bytes\": %llu, "
 		"\"write_waits\": %llu, \"passthrough\": %s, "
 		"\"passthrough_opens\": %llu, \"passthrough_files\": %u, "
+		"\"passthrough_requests\": %llu, "
 		"\"remote_bytes_read\": %llu, \"remote_bytes_written\": %llu, "
 		"\"remote_ops\": %llu, \"uptime_s\": %lld, \"streams\": [",
 		fs->mnt_abs, rmt_id(fs->rmt), fs->journal_dir,
@@ -2320,6 +2321,7 @@ static int wb_status(struct fs *fs, char *reply, size_t size)
 		atomic_load(&fs->pt_on) ? "true" : "false",
 		(unsigned long long)atomic_load(&fs->pt_opens),
 		atomic_load(&fs->pt_nodes),
+		(unsigned long long)atomic_load(&fs->pt_requests),
 		(unsigned long long)rc.bytes_read + flush_read,
 		(unsigned long long)(rc.bytes_written +
 				     fst->remote_bytes_written),
