@@ -42,28 +42,38 @@ static size_t u64_hash(uint64_t v)
 	return (size_t)v;
 }
 
+/* The slot of @v in @tab (linear probing), or the empty one it goes to. */
+static size_t u64_slot(const uint64_t *tab, size_t cap, uint64_t v)
+{
+	size_t i = u64_hash(v) & (cap - 1);
+
+	while (tab[i] && tab[i] != v)
+		i = (i + 1) & (cap - 1);
+	return i;
+}
+
+/* Empty slot @i of @tab and re-place the rest of its run (linear probing
+ * deletion), moving @n's values (if any) along with their keys. */
+static void u64_unplace(uint64_t *tab, uint32_t *n, size_t cap, size_t i)
+{
+	tab[i] = 0;
+	for (size_t k = (i + 1) & (cap - 1); tab[k]; k = (k + 1) & (cap - 1)) {
+		uint64_t x = tab[k];
+		size_t to;
+
+		tab[k] = 0;
+		to = u64_slot(tab, cap, x);
+		tab[to] = x;
+		if (n)
+			n[to] = n[k];
+	}
+}
+
 bool jnl_u64set_has(const struct jnl_u64set *s, uint64_t v)
 {
 	if (!v)
 		return s->has_zero;
-	if (!s->cap)
-		return false;
-	for (size_t i = u64_hash(v) & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
-		if (s->v[i] == v)
-			return true;
-		if (!s->v[i])
-			return false;
-	}
-}
-
-static void set_insert(uint64_t *tab, size_t cap, uint64_t v)
-{
-	size_t i;
-
-	for (i = u64_hash(v) & (cap - 1); tab[i] && tab[i] != v;
-	     i = (i + 1) & (cap - 1))
-		;
-	tab[i] = v;
+	return s->cap && s->v[u64_slot(s->v, s->cap, v)] == v;
 }
 
 int jnl_u64set_add(struct jnl_u64set *s, uint64_t v)
@@ -82,38 +92,26 @@ int jnl_u64set_add(struct jnl_u64set *s, uint64_t v)
 			return -ENOMEM;
 		for (size_t i = 0; i < s->cap; i++)
 			if (s->v[i])
-				set_insert(tab, cap, s->v[i]);
+				tab[u64_slot(tab, cap, s->v[i])] = s->v[i];
 		free(s->v);
 		s->v = tab;
 		s->cap = cap;
 	}
-	set_insert(s->v, s->cap, v);
+	s->v[u64_slot(s->v, s->cap, v)] = v;
 	s->used++;
 	return 0;
 }
 
 void jnl_u64set_del(struct jnl_u64set *s, uint64_t v)
 {
-	size_t i, k;
-
 	if (!v) {
 		s->has_zero = false;
 		return;
 	}
 	if (!jnl_u64set_has(s, v))
 		return;
-	for (i = u64_hash(v) & (s->cap - 1); s->v[i] != v;
-	     i = (i + 1) & (s->cap - 1))
-		;
-	s->v[i] = 0;
+	u64_unplace(s->v, NULL, s->cap, u64_slot(s->v, s->cap, v));
 	s->used--;
-	/* re-place the rest of the cluster (linear probing deletion) */
-	for (k = (i + 1) & (s->cap - 1); s->v[k]; k = (k + 1) & (s->cap - 1)) {
-		uint64_t x = s->v[k];
-
-		s->v[k] = 0;
-		set_insert(s->v, s->cap, x);
-	}
 }
 
 void jnl_u64set_free(struct jnl_u64set *s)
@@ -124,22 +122,13 @@ void jnl_u64set_free(struct jnl_u64set *s)
 
 /* --- u64 counts --------------------------------------------------------------- */
 
-static size_t count_slot(const struct jnl_u64count *c, uint64_t k)
-{
-	size_t i = u64_hash(k) & (c->cap - 1);
-
-	while (c->k[i] && c->k[i] != k)
-		i = (i + 1) & (c->cap - 1);
-	return i;
-}
-
 uint32_t jnl_u64count_get(const struct jnl_u64count *c, uint64_t k)
 {
 	size_t i;
 
 	if (!c->cap || !k)
 		return 0;
-	i = count_slot(c, k);
+	i = u64_slot(c->k, c->cap, k);
 	return c->k[i] ? c->n[i] : 0;
 }
 
@@ -156,7 +145,7 @@ static int count_grow(struct jnl_u64count *c)
 	}
 	for (size_t i = 0; i < c->cap; i++) {
 		if (c->k[i]) {
-			size_t s = count_slot(&g, c->k[i]);
+			size_t s = u64_slot(g.k, g.cap, c->k[i]);
 
 			g.k[s] = c->k[i];
 			g.n[s] = c->n[i];
@@ -170,13 +159,13 @@ static int count_grow(struct jnl_u64count *c)
 
 int64_t jnl_u64count_add(struct jnl_u64count *c, uint64_t k, int d)
 {
-	size_t i, x;
+	size_t i;
 
 	if (!k)
 		return 0;
 	if ((c->used + 1) * 2 > c->cap && count_grow(c))
 		return -ENOMEM;
-	i = count_slot(c, k);
+	i = u64_slot(c->k, c->cap, k);
 	if (!c->k[i]) {
 		if (d <= 0)
 			return 0;
@@ -184,20 +173,9 @@ int64_t jnl_u64count_add(struct jnl_u64count *c, uint64_t k, int d)
 		c->n[i] = 0;
 		c->used++;
 	}
-	if (d < 0 && c->n[i] <= 1) { /* gone: re-place the rest of the run */
-		c->k[i] = 0;
+	if (d < 0 && c->n[i] <= 1) { /* gone */
+		u64_unplace(c->k, c->n, c->cap, i);
 		c->used--;
-		for (x = (i + 1) & (c->cap - 1); c->k[x];
-		     x = (x + 1) & (c->cap - 1)) {
-			uint64_t kk = c->k[x];
-			uint32_t n = c->n[x];
-			size_t s;
-
-			c->k[x] = 0;
-			s = count_slot(c, kk);
-			c->k[s] = kk;
-			c->n[s] = n;
-		}
 		return 0;
 	}
 	c->n[i] = (uint32_t)((int64_t)c->n[i] + d);

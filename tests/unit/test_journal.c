@@ -1737,6 +1737,47 @@ static void test_journal__unlinked_node_is_not_claimed(void **state)
 	jnl_node_close(fx->j, f);
 }
 
+/* The u64 set and count (one probing and deletion for both) against a
+ * plain array, through growth and deletions inside probe runs. */
+static void test_journal__u64_set_and_count(void **state)
+{
+	enum { N = 3000 };
+	static uint32_t ref[N];
+	static bool in[N];
+	struct jnl_u64count c = { 0 };
+	struct jnl_u64set s = { 0 };
+	uint64_t x = 88172645463325252ull;
+
+	(void)state;
+	memset(ref, 0, sizeof(ref));
+	memset(in, 0, sizeof(in));
+	for (int step = 0; step < 40000; step++) {
+		uint64_t k;
+
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		k = x % N; /* 0 too: the set keeps it apart, the count not */
+		if ((x >> 20) % 3) {
+			assert_int_equal(jnl_u64set_add(&s, k), 0);
+			in[k] = true;
+			assert_int_equal(jnl_u64count_add(&c, k, 1),
+					 k ? ++ref[k] : 0);
+		} else {
+			jnl_u64set_del(&s, k);
+			in[k] = false;
+			assert_int_equal(jnl_u64count_add(&c, k, -1),
+					 k && ref[k] ? --ref[k] : 0);
+		}
+		if (step % 997 == 0)
+			for (uint64_t i = 0; i < N; i++) {
+				assert_int_equal(jnl_u64set_has(&s, i), in[i]);
+				assert_int_equal(jnl_u64count_get(&c, i),
+						 i ? ref[i] : 0);
+			}
+	}
+	jnl_u64set_free(&s);
+	jnl_u64count_free(&c);
+}
+
 /* poll (2 s at most) until the journal holds no chunk and no staging
  * byte; the ms it took, or -1 */
 static int wait_no_data(struct jnl *j)
@@ -3299,6 +3340,7 @@ int main(void)
 		T(test_journal__truncate_drops_chunks),
 		T(test_journal__unlinked_node_is_not_claimed),
 		T(test_journal__unlinked_node_data_goes_once_closed),
+		cmocka_unit_test(test_journal__u64_set_and_count),
 		T(test_journal__recovery_resends_only_inflight),
 		T(test_journal__crash_with_chunks_in_flight),
 		T(test_journal__group_commit_survives_crash),
