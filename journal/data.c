@@ -1279,8 +1279,7 @@ static void pt_unpin(struct jnl *j, jnl_id id)
 				 "node %" PRIu64 " stays", j->dir, id);
 		if (jnl_u64set_has(&j->pt_unclean, id)) {
 			jnl_u64set_del(&j->pt_unclean, id);
-			if (!jnl_u64set_add(&j->clean_due, id))
-				pthread_cond_signal(&j->cond);
+			jnl_clean_later_locked(j, id);
 		}
 		*p = j->pt_pins[--j->pt_npins];
 	}
@@ -2208,9 +2207,21 @@ int jnl_node_open(struct jnl *j, jnl_id id)
 void jnl_node_close(struct jnl *j, jnl_id id)
 {
 	pthread_mutex_lock(&j->lock);
-	if (jnl_u64count_add(&j->opens, id, -1) == 0)
-		jnl_clean_later_locked(j, id); /* unlinked meanwhile? */
+	if (jnl_u64count_add(&j->opens, id, -1) == 0 &&
+	    jnl_u64set_has(&j->gone_open, id)) { /* unlinked while open */
+		jnl_u64set_del(&j->gone_open, id);
+		jnl_clean_later_locked(j, id);
+	}
 	pthread_mutex_unlock(&j->lock);
+}
+
+void jnl_node_gone_locked(struct jnl *j, jnl_id id)
+{
+	if (!jnl_u64count_get(&j->opens, id))
+		jnl_clean_later_locked(j, id);
+	else if (jnl_u64set_add(&j->gone_open, id))
+		jnl_clean_later_locked(j, id); /* no memory: the clean waits
+						  for the sweep after an open */
 }
 
 /* Has node @id a mark in pend? lock held, and commit_lock (committing is

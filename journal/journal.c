@@ -1695,6 +1695,7 @@ static void jnl_free(struct jnl *j)
 	jnl_u64set_free(&j->pt_unclean);
 	jnl_u64set_free(&j->clean_due);
 	jnl_u64count_free(&j->opens);
+	jnl_u64set_free(&j->gone_open);
 	if (j->dirfd >= 0)
 		close(j->dirfd); /* drops the flock */
 	jnl_ptab_free(&j->pend);

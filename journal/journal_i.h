@@ -269,6 +269,9 @@ void jnl_u64count_free(struct jnl_u64count *c);
 
 /* the committer cleans node @id soon (jnl_node_clean()); lock held */
 void jnl_clean_later_locked(struct jnl *j, jnl_id id);
+/* regular file @id lost its last name: cleaned now if no handle of it is
+ * open, else at its last jnl_node_close(); lock held */
+void jnl_node_gone_locked(struct jnl *j, jnl_id id);
 
 /* --- the open journal ---------------------------------------------------- */
 
@@ -422,8 +425,10 @@ struct jnl {
 	 * pin ended since: the committer cleans them; lock */
 	struct jnl_u64set pt_unclean, clean_due;
 	/* open handles per node (jnl_node_open()): a node unlinked keeps
-	 * its data while one is open; lock */
+	 * its data while one is open, and is in gone_open until the last
+	 * one closes; lock */
 	struct jnl_u64count opens;
+	struct jnl_u64set gone_open;
 	/* ended pins whose last marks a commit took before their staging
 	 * file was synced (commit_pending(), "defer"): the committer syncs
 	 * them, then their markers go (pt_sync_deferred()): those of the

@@ -570,7 +570,7 @@ static int node_unlinked(struct jnl_wtx *w, jnl_id id, struct jnl_nrec *n)
 	n->r.flags |= JNL_NODE_UNLINKED;
 	if (S_ISREG(n->r.mode)) { /* its data goes nowhere now */
 		pthread_mutex_lock(&w->j->lock);
-		jnl_clean_later_locked(w->j, id);
+		jnl_node_gone_locked(w->j, id);
 		pthread_mutex_unlock(&w->j->lock);
 	}
 	return was ? jnl_chunks_enqueue(w, id, n, false) : 0;
