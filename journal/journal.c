@@ -109,10 +109,10 @@
  *     remote then holds all of its merged content, so the chunks no longer
  *     held are read there (and partial writes fill first); or of an
  *     UNLINKED one with no handle open (j->opens) and no chunk INFLIGHT,
- *     whose content nobody can read any more (its marks committed first). drop_flushed()
- *     drops full FLUSHED chunks with no mark of a node with nops 0 and
- *     raises rvalid only over a contiguous run of them: the same holds for
- *     [0, rvalid). The flusher cleans a node after each ack of its ops,
+ *     whose content nobody can read any more (its marks committed
+ *     first). drop_flushed() drops full FLUSHED chunks with no mark of a
+ *     node with nops 0 and raises rvalid only over a contiguous run of
+ *     them: the same holds for [0, rvalid). The flusher cleans a node after each ack of its ops,
  *     in a change of its own; a kill in between leaves a node that could
  *     be cleaned and is not, so the committer, idle after an open, sweeps
  *     every node with chunk records once (jnl_sweep()).

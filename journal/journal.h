@@ -582,11 +582,12 @@ void jnl_names_move_end(struct jnl *j);
  * it only when the node is on the remote (not LOCAL, not UNLINKED), has no
  * chunk that is not FLUSHED, no write not committed yet and no pending op
  * (so its FINISH was acknowledged); the flusher calls it after acking an
- * op of the node. An UNLINKED node is cleaned otherwise (below). The records go in one transaction, the staging file after
- * it: a crash in between leaves a staging file no record points at, which
- * is harmless (no chunk of it is "held"; a later write that covers a chunk
- * in part fills it first); the file is removed once the records' removal
- * is durable. Returns 0 also when there is nothing to clean
+ * op of the node. An UNLINKED node is cleaned otherwise (below). The
+ * records go in one transaction, the staging file after it: a crash in
+ * between leaves a staging file no record points at, which is harmless
+ * (no chunk of it is "held"; a later write that covers a chunk in part
+ * fills it first); the file is removed once the records' removal is
+ * durable. Returns 0 also when there is nothing to clean
  * (not a regular file, no chunk records). Errors: -EBUSY (not yet: one of
  * the conditions above), -ENOENT, -ENOSPC, -EIO.
  * Threads: takes the locks a truncate takes; briefly blocks writers of the

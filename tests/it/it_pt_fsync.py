@@ -41,19 +41,21 @@ def check(ok, what):
     print(f"{'ok' if ok else 'not ok'} {n} - {what}")
 
 
+def status():
+    out = subprocess.run([FERRYFS, "status", MNT, "--json"], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
 def sent():
     subprocess.run([FERRYFS, "flush", MNT, "--wait"], check=True,
                    stdout=subprocess.DEVNULL)
-    out = subprocess.run([FERRYFS, "status", MNT, "--json"], check=True,
-                         capture_output=True, text=True).stdout
-    st = json.loads(out)
+    st = status()
     return st["remote_bytes_written"], st.get("passthrough_opens", 0)
 
 
 def requests():
-    out = subprocess.run([FERRYFS, "status", MNT, "--json"], check=True,
-                         capture_output=True, text=True).stdout
-    return json.loads(out)["passthrough_requests"]
+    return status()["passthrough_requests"]
 
 
 def main():
