@@ -53,7 +53,8 @@
 
 /* One line on stderr in one write: connections' threads log at once (a
  * format and its newline written apart mixed two lines into one). */
-static void agent_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void agent_log(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
 static void agent_log(const char *fmt, ...)
 {
 	char line[1024];

@@ -112,10 +112,11 @@
  *     whose content nobody can read any more (its marks committed
  *     first). drop_flushed() drops full FLUSHED chunks with no mark of a
  *     node with nops 0 and raises rvalid only over a contiguous run of
- *     them: the same holds for [0, rvalid). The flusher cleans a node after each ack of its ops,
- *     in a change of its own; a kill in between leaves a node that could
- *     be cleaned and is not, so the committer, idle after an open, sweeps
- *     every node with chunk records once (jnl_sweep()).
+ *     them: the same holds for [0, rvalid). The flusher cleans a node
+ *     after each ack of its ops, in a change of its own; a kill in between
+ *     leaves a node that could be cleaned and is not, so the committer,
+ *     idle after an open, sweeps every node with chunk records once
+ *     (jnl_sweep()).
  * 15. Committed changes form a prefix of the changes made: every change
  *     goes into the one batch whole or not at all, in the order of
  *     txn_lock, and the batch commits whole (BATCHES). jnl_ops_ready()
@@ -933,8 +934,8 @@ static int sync_one(struct jnl *j, jnl_id id)
 		jnl_fd_put(j, id, fd);
 	}
 	if (rc)
-		LOG_ERR("cannot sync staging file of node %" PRIu64 " in '%s': %s",
-			id, j->dir, strerror(-rc));
+		LOG_ERR("cannot sync staging file of node %" PRIu64
+			" in '%s': %s", id, j->dir, strerror(-rc));
 	return rc;
 }
 

@@ -120,7 +120,7 @@ void jnl_u64set_free(struct jnl_u64set *s)
 	memset(s, 0, sizeof(*s));
 }
 
-/* --- u64 counts --------------------------------------------------------------- */
+/* --- u64 counts -------------------------------------------------------- */
 
 uint32_t jnl_u64count_get(const struct jnl_u64count *c, uint64_t k)
 {
