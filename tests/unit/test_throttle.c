@@ -495,11 +495,17 @@ static void test_throttle__stream_rate_is_per_thread(void **state)
 	run_writers(fx->r, w, 1, size);
 	assert_between(size / w[0].secs / 1e6, 17, 24, "MB/s of one stream");
 
+	/* The lower bounds only have to tell a bucket per thread (20 MB/s
+	 * each) from one shared bucket (5 MB/s each, 20 in all). 17 and 68
+	 * also asked each thread to get a CPU whenever it woke: a thread of
+	 * this test under ASan beside two mount tests on 2 CPUs made 16.5
+	 * MB/s (CI, 2026-12-06). The upper bounds, which catch a missing
+	 * throttle, stay. */
 	wall = run_writers(fx->r, w, 4, size);
 	for (i = 0; i < 4; i++)
-		assert_between(size / w[i].secs / 1e6, 17, 24,
+		assert_between(size / w[i].secs / 1e6, 12, 24,
 			       "MB/s of one of 4 streams");
-	assert_between(4 * size / wall / 1e6, 68, 96, "MB/s of 4 streams");
+	assert_between(4 * size / wall / 1e6, 48, 96, "MB/s of 4 streams");
 	rmt_counters(fx->r, &c);
 	assert_int_equal(c.bytes_written, 5 * size);
 }
