@@ -124,8 +124,8 @@
  *     never ahead of what a crash leaves of the journal.
  * 16. A chunk is durably INFLIGHT before any byte of it is sent: claims
  *     commit the batch (with the releases before them). So recovery
- *     counts every chunk it resends, and at most one claim per stream
- *     (streams x chunk size) is resent.
+ *     counts every chunk it resends, and at most two claims per stream
+ *     (2 x streams x chunk size: flush.c's invariant 7) are resent.
  * 17. Staging bytes go (a file removed by clean, chunks punched out after
  *     a drop, a truncate) only once the change that let them go is
  *     durable, and only if no chunk holds them again by then

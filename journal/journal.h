@@ -468,8 +468,8 @@ struct jnl_chunk_ref {
 int jnl_chunk_claim(struct jnl *j, struct jnl_chunk_ref *out, int max);
 /* The same, stopping before the chunk that would take the claimed lengths
  * past @max_bytes (the first chunk is always claimed): the flusher claims
- * one chunk size of bytes at a time, so a crash resends at most that much
- * per stream. */
+ * one chunk size of bytes at a time, and one more chunk while it writes
+ * its last, so a crash resends at most two chunk sizes per stream. */
 int jnl_chunk_claim_upto(struct jnl *j, struct jnl_chunk_ref *out, int max,
 			 uint64_t max_bytes);
 /* The flusher is done with a claimed chunk: @ok with the SHA-256 of what
@@ -757,7 +757,8 @@ int jnl_stats(struct jnl *j, struct jnl_stats *out);
  * A stream replays ready ops first (jnl_ops_ready(): the journal orders
  * dependent ops; independent ones go to different streams at once), then
  * claims DIRTY chunks, at most one chunk size of bytes at a time
- * (jnl_chunk_claim_upto()), so a crash resends at most streams x chunk size
+ * (jnl_chunk_claim_upto()), and one more chunk while it writes its last
+ * (flush.c's helper), so a crash resends at most 2 x streams x chunk size
  * (jnl_stats.resent_bytes). A chunk: jnl_read() from staging, one
  * rmt_file_pwrite() of all of it at jnl_node_rpath() (files stay open per
  * stream, keyed by node, until idle or FINISH), fdatasync unless
