@@ -84,7 +84,11 @@
  *     still being appended to gets a FINISH each time the streams catch
  *     up with it). Writes claimed after see the truncated chunk records; a
  *     chunk that ends past the final size is followed by the FINISH its
- *     release appends.
+ *     release appends. A chunk written whose release the helper still owes
+ *     is not in s->writing: its bytes are on the remote already (a gate
+ *     waiting for it while its stream waited in writing_begin() for that
+ *     gate's sizing was a deadlock), and a truncate of it in the journal
+ *     meanwhile makes its release stale.
  *  6. An op taken from the queue ends in exactly one of jnl_op_ack(),
  *     jnl_op_fail(fatal) (permanent remote error: logged once with its
  *     path) or jnl_op_fail(retry); ops still queued at stop are failed for
@@ -420,8 +424,6 @@ static void step_done(struct stream *s)
 
 	pthread_mutex_lock(&f->lock);
 	s->nwriting = 0;
-	if (s->pre.rel) /* written, not released yet: invariant 5 */
-		s->writing[s->nwriting++] = s->pre.rel_ref.id;
 	pthread_cond_broadcast(&f->done);
 	pthread_mutex_unlock(&f->lock);
 }
@@ -1269,8 +1271,6 @@ static void writing_begin(struct stream *s, const struct jnl_chunk_ref *c,
 	for (int i = 0; i < n; i++)
 		s->writing[i] = c[i].id;
 	s->nwriting = n;
-	if (s->pre.rel && n < CLAIM_MAX)
-		s->writing[s->nwriting++] = s->pre.rel_ref.id;
 	set_state(s, JNL_STREAM_FLUSHING);
 	pthread_mutex_unlock(&f->lock);
 }

@@ -925,6 +925,39 @@ static void test_flush__next_chunk_is_ready_while_one_is_written(void **state)
 	free(b);
 }
 
+/* A file appended to while 4 streams flush it: a FINISH each time they
+ * catch up, replayed (gate()) while other streams hold its chunks, a
+ * written one with its release still owed among them. flush.c once
+ * counted an owed chunk as written (s->writing) while its stream waited
+ * for the gate's sizing to end: the flush hung for good (an unshaped
+ * `cp` of 1 GiB to smb:// on the bench). */
+static void test_flush__appends_while_flushing_finish(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_flush_config c = config(fx, 4, NULL);
+	const size_t step = CS / 4, len = 96 * CS;
+	unsigned char *b = pattern_new(len, 22);
+	struct jnl_flush_stats fs;
+	jnl_id f;
+
+	f = mk_file(fx->j, JNL_ROOT, "grows", 0644);
+	assert_rc_ok(jnl_flusher_start(fx->j, &c, &fx->fl));
+	for (size_t off = 0; off < len; off += step) {
+		assert_int_equal(jnl_write(fx->j, f, b + off, step, (off_t)off),
+				 (ssize_t)step);
+		if (!((off + step) % (4 * CS)))
+			assert_rc_ok(jnl_sync(fx->j));
+	}
+	assert_rc_ok(jnl_sync(fx->j));
+	assert_rc_ok(jnl_flusher_wait(fx->fl, 30000));
+	fs = fstats(fx->fl);
+	jnl_flusher_stop(fx->fl);
+	fx->fl = NULL;
+	print_streams("appended", &fs);
+	check_file(fx, "grows", f, b, len);
+	free(b);
+}
+
 static void test_flush__write_while_in_flight_sends_the_latest(void **state)
 {
 	struct fx *fx = *state;
@@ -2004,6 +2037,7 @@ int main(void)
 		T(test_flush__renames_while_data_is_in_flight),
 		T(test_flush__fault_switch),
 		T(test_flush__next_chunk_is_ready_while_one_is_written),
+		T(test_flush__appends_while_flushing_finish),
 		T(test_flush__write_while_in_flight_sends_the_latest),
 		T(test_flush__finish_of_a_rewritten_file_keeps_holes),
 		T(test_flush__setattrs_before_the_data_cost_nothing),
