@@ -48,6 +48,13 @@
 #   is written once (in /dev/shm, then freed): on this VM the first touch
 #   of memory its host took back costs ~3x, which would fall on whichever
 #   row runs first (a `cp` to local disk took 0.25 s or 2 s); 0 turns it off
+#   PAGE_REPORTING=keep: leave the VM's free page reporting on. By default,
+#   where /sys/module/page_reporting exists, the run sets its order above
+#   the largest (no free memory is handed back to the host) and restores it
+#   at exit: the prefault's freed memory was reported in 2 s cycles, and
+#   each cycle held every fdatasync on the machine 60-250 ms (the journal's
+#   claims: ferryfs's streams stalled together), which a NAS client that is
+#   not a VM does not see. Every row runs under the same setting.
 set -euo pipefail
 shopt -s inherit_errexit
 
@@ -146,6 +153,9 @@ declare -A WL_BYTES=() WL_FILES=()
 STREAMS=${STREAMS:-4}
 NO_READ=${NO_READ:-}
 PREFAULT_MB=${PREFAULT_MB:-8192}
+PAGE_REPORTING=${PAGE_REPORTING:-hold}
+PR_PARAM=/sys/module/page_reporting/parameters/page_reporting_order
+PR_OLD='' PR_SET=''
 SSH_PORT=${SSH_PORT:-2222}
 RC_PORT=5572
 
@@ -242,6 +252,7 @@ cleanup() {
 	fi
 	[[ -n $WORK && -z ${KEEP_WORK:-} ]] && rm -rf "$WORK"
 	[[ -n $SHM ]] && rm -rf "$SHM"
+	[[ -n $PR_OLD ]] && echo "$PR_OLD" >"$PR_PARAM"
 	if ((NAS_BROUGHT_UP)); then
 		say "nas.sh down (this run brought it up)"
 		"$NAS_SH" down >/dev/null 2>&1
@@ -254,6 +265,19 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+if [[ $PAGE_REPORTING != keep && -w $PR_PARAM ]]; then
+	PR_OLD=$(cat "$PR_PARAM")
+	PR_SET=
+	# the highest order the kernel takes: above MAX_PAGE_ORDER (10 on
+	# x86-64) no free block is ever reported (6.18 takes 11, not 64)
+	for v in 16 15 14 13 12 11; do
+		if (echo "$v" >"$PR_PARAM") 2>/dev/null; then PR_SET=$v && break; fi
+	done
+	if [[ -z $PR_SET ]]; then
+		say "warning: the VM's free page reporting stays on (its order cannot be raised above 10)"
+		PR_OLD=
+	fi
+fi
 
 # --- the NAS ----------------------------------------------------------------------
 if env_out=$("$NAS_SH" env 2>/dev/null); then
@@ -906,7 +930,7 @@ report() {
 		line+=" (${WL_BYTES[$w]} B),"
 	done
 	echo "${line%,}; sources on tmpfs, random bytes"
-	echo "- method: $RUNS run(s), median; sync + drop_caches before every measurement, then $PREFAULT_MB MiB prefaulted; every write checked by SHA-256 on the NAS side, every read locally; whole run ${T_TOTAL} s; load average at start $LOAD_START, at end $LOAD_END (other work on the machine shows up in the figures)"
+	echo "- method: $RUNS run(s), median; sync + drop_caches before every measurement, then $PREFAULT_MB MiB prefaulted; the VM's free page reporting $(if [[ -n $PR_OLD ]]; then echo "held off (order $PR_OLD -> $PR_SET)"; elif [[ -e $PR_PARAM ]]; then echo "left on"; else echo "absent"; fi); every write checked by SHA-256 on the NAS side, every read locally; whole run ${T_TOTAL} s; load average at start $LOAD_START, at end $LOAD_END (other work on the machine shows up in the figures)"
 	echo "- cell: median time · MB/s (10^6 B/s) · ratio = (bytes / iperf3 -P4 rate of that direction) / time (1.00 = the link's speed) · median CPU-seconds the whole machine was busy meanwhile (client, ferryfs, the NAS's servers: $(nproc) CPUs, shared)"
 	echo
 	line="| row |"
