@@ -168,12 +168,11 @@ enum fault {
 };
 
 /*
- * A stream's helper thread (prep_main()). Asked (P_ASKED) while its stream
- * writes a chunk, it releases the chunk written before (rel), then claims
- * the next one and reads and hashes it into buf. So neither the journal's
- * read nor its LMDB commits (a claim's sync; the releases queue behind
- * it) stand between two writes of a stream. It touches the fields below
- * only while P_ASKED; the stream only while P_IDLE (both under lock).
+ * A stream's helper thread (prep_main(); why: top of this file). Asked
+ * (P_ASKED) while its stream writes a chunk, it releases the chunk written
+ * before (rel), then claims the next one and reads and hashes it into buf.
+ * It touches the fields below only while P_ASKED; the stream only while
+ * P_IDLE (both under lock).
  */
 struct prep {
 	pthread_t thread;
@@ -1059,7 +1058,7 @@ static void prep_ask(struct stream *s)
 
 	/* on the share while an agent is configured: the loop must run dry
 	 * now and then for agent_try() */
-	if (!p->started || p->ready || s->next < s->nclaim ||
+	if (!p->started || s->next < s->nclaim ||
 	    (s->agent && s->r != s->agent))
 		return;
 	pthread_mutex_lock(&p->lock);
@@ -1353,39 +1352,37 @@ static void owed_settle(struct stream *s)
 static void chunk_failed(struct stream *s, const struct jnl_chunk_ref *c,
 			 int rc, enum fault fault)
 {
-	if (rc) {
-		switch (fault) {
-		case F_STOP:
-		case F_GONE:
-			put_back(s, c);
-			break;
-		case F_JOURNAL:
-			if (rc == -EIO) {
-				journal_failed(s, rc);
-				break;
-			}
-			if (rc == -ENOENT) { /* no remote name: see journal.h */
-				park(s, c, rc);
-				break;
-			}
-			if (put_back(s, c))
-				backoff(s, rc, "the journal");
-			count_error(s, rc, true);
-			break;
-		case F_REMOTE:
-			if (agent_misses_case(s, rc)) {
-				put_back(s, c); /* to the share, at once */
-				break;
-			}
-			if (permanent(rc)) {
-				park(s, c, rc);
-				break;
-			}
-			if (put_back(s, c))
-				backoff(s, rc, "writing a chunk");
-			count_error(s, rc, true);
+	switch (fault) {
+	case F_STOP:
+	case F_GONE:
+		put_back(s, c);
+		break;
+	case F_JOURNAL:
+		if (rc == -EIO) {
+			journal_failed(s, rc);
 			break;
 		}
+		if (rc == -ENOENT) { /* no remote name: see journal.h */
+			park(s, c, rc);
+			break;
+		}
+		if (put_back(s, c))
+			backoff(s, rc, "the journal");
+		count_error(s, rc, true);
+		break;
+	case F_REMOTE:
+		if (agent_misses_case(s, rc)) {
+			put_back(s, c); /* to the share, at once */
+			break;
+		}
+		if (permanent(rc)) {
+			park(s, c, rc);
+			break;
+		}
+		if (put_back(s, c))
+			backoff(s, rc, "writing a chunk");
+		count_error(s, rc, true);
+		break;
 	}
 }
 
