@@ -1241,6 +1241,19 @@ bool jnl_pt_pinned_locked(struct jnl *j, jnl_id id)
 	return j->pt_npins && pt_pin(j, id);
 }
 
+bool jnl_chunk_digest_used(struct jnl *j, jnl_id id)
+{
+	bool used;
+
+	pthread_mutex_lock(&j->lock);
+	used = (j->pt_npins && pt_pin(j, id)) ||
+	       jnl_u64set_has(&j->pt_ended, id) ||
+	       jnl_u64set_has(&j->pt_unsynced, id) ||
+	       jnl_u64set_has(&j->pt_unsynced_old, id);
+	pthread_mutex_unlock(&j->lock);
+	return used;
+}
+
 static bool pt_pinned(struct jnl *j, jnl_id id)
 {
 	bool pinned;
@@ -1483,8 +1496,8 @@ static int pt_chunk_need(struct jnl *j, jnl_id id, int fd, uint64_t k,
 		*need = false;
 		return 0;
 	}
-	if (c->state != JNL_CHUNK_FLUSHED)
-		return 0;
+	if (c->state != JNL_CHUNK_FLUSHED || !jnl_digest_known(c->sha256))
+		return 0; /* no digest: sent again */
 	pthread_mutex_lock(&j->lock);
 	pend_find(j, id, k, &e);
 	pthread_mutex_unlock(&j->lock);

@@ -58,11 +58,13 @@
  *     Every way out (stop, pause, an error, a journal error) releases them
  *     not-ok: back to DIRTY; a written one ok (owed_settle()). Nothing is
  *     lost.
- *  2. A chunk is released ok only with the SHA-256 of exactly the bytes
- *     rmt_file_pwrite() wrote at its offset, after the write (and the
- *     fdatasync, or the flush of a share that reports errors at close, and
- *     the read-back when verifying) succeeded. The journal then marks it
- *     FLUSHED only if no write changed its generation meanwhile.
+ *  2. A chunk is released ok only after the write (and the fdatasync, or
+ *     the flush of a share that reports errors at close, and the
+ *     read-back when verifying) succeeded, with the SHA-256 of exactly the
+ *     bytes rmt_file_pwrite() wrote at its offset where one is looked at
+ *     (verify=readback, the agent's PUT, jnl_chunk_digest_used()), else
+ *     with all zeros. The journal then marks it FLUSHED only if no write
+ *     changed its generation meanwhile.
  *  3. f->lock is never held across a remote call or a journal call. Lock
  *     order: the journal's j->lock, then f->lock (the hook on_work() runs
  *     under j->lock).
@@ -938,22 +940,32 @@ static enum fault no_rpath(struct jnl_flusher *f, jnl_id id)
 	return F_JOURNAL;
 }
 
+/* Is the SHA-256 of a chunk of node @id needed (invariant 2)? Not for
+ * the agent's PUT: the caller knows. */
+static bool digest_wanted(struct jnl_flusher *f, jnl_id id)
+{
+	return (f->flags & JNL_FLUSH_VERIFY) || jnl_chunk_digest_used(f->j, id);
+}
+
 /*
- * Read claimed chunk @c into @buf and hash it into @sha. Its length, or
- * -errno with *fault. The journal only: the helper calls it too.
+ * Read claimed chunk @c into @buf and, if @digest, hash it into @sha (else
+ * @sha is all zeros). Its length, or -errno with *fault. The journal
+ * only: the helper calls it too.
  */
 static ssize_t chunk_read(struct jnl_flusher *f, const struct jnl_chunk_ref *c,
 			  unsigned char *buf, unsigned char sha[32],
-			  enum fault *fault)
+			  bool digest, enum fault *fault)
 {
 	ssize_t n = jnl_read(f->j, c->id, buf, c->length,
 			     (off_t)(c->index * f->chunk_size), NULL);
 
+	memset(sha, 0, 32);
 	if (n <= 0) { /* 0: truncated away, the release is stale */
 		*fault = n == 0 || n == -ENOENT ? F_GONE : F_JOURNAL;
 		return n == 0 ? -ENOENT : n;
 	}
-	if (!EVP_Digest(buf, (size_t)n, sha, NULL, EVP_sha256(), NULL)) {
+	if (digest &&
+	    !EVP_Digest(buf, (size_t)n, sha, NULL, EVP_sha256(), NULL)) {
 		*fault = F_JOURNAL;
 		return -ENOMEM;
 	}
@@ -994,7 +1006,8 @@ static ssize_t chunk_prepare(struct stream *s, const struct jnl_chunk_ref *c,
 			     unsigned char *buf, unsigned char sha[32],
 			     enum fault *fault)
 {
-	return chunk_check(s, c, chunk_read(s->f, c, buf, sha, fault), fault);
+	return chunk_check(s, c, chunk_read(s->f, c, buf, sha, true, fault),
+			   fault);
 }
 
 /* --- the helper: the next chunk while this one is written ----------------- */
@@ -1026,7 +1039,8 @@ static void prep_next(struct stream *s)
 	    jnl_chunk_claim_upto(f->j, &p->ref, 1, f->chunk_size) != 1)
 		return; /* a journal error shows in the stream's own claim */
 	p->have = true;
-	p->n = chunk_read(f, &p->ref, p->buf, p->sha, &p->fault);
+	p->n = chunk_read(f, &p->ref, p->buf, p->sha,
+			  digest_wanted(f, p->ref.id), &p->fault);
 }
 
 static void *prep_main(void *arg)
@@ -1131,6 +1145,8 @@ static int chunk_write(struct stream *s, const struct jnl_chunk_ref *c,
 	off_t off = (off_t)(c->index * f->chunk_size);
 	unsigned char vsha[32];
 	struct rmt_file *rf;
+	bool digest = (rmt_caps(s->r) & RMT_CAP_PUT) ||
+		      digest_wanted(f, c->id);
 	ssize_t n, got;
 	int rc;
 
@@ -1144,9 +1160,15 @@ static int chunk_write(struct stream *s, const struct jnl_chunk_ref *c,
 		memcpy(sha, s->pre.sha, sizeof(s->pre.sha));
 		*fault = s->pre.fault;
 		n = s->pre.n;
+		if (n > 0 && digest && !jnl_digest_known(sha) &&
+		    !EVP_Digest(s->buf, (size_t)n, sha, NULL, EVP_sha256(),
+				NULL)) {
+			*fault = F_JOURNAL;
+			n = -ENOMEM;
+		}
 	} else {
 		s->pre.ready = false;
-		n = chunk_read(f, c, s->buf, sha, fault);
+		n = chunk_read(f, c, s->buf, sha, digest, fault);
 	}
 	n = chunk_check(s, c, n, fault);
 	if (n < 0)

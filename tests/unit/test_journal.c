@@ -2276,6 +2276,57 @@ static void test_journal__passthrough_grows_while_written(void **state)
 	free(want);
 }
 
+/* The flusher records a chunk's SHA-256 only where passthrough compares
+ * (jnl_chunk_digest_used(): pinned, or its marker still there): a chunk
+ * FLUSHED without one (all zeros) is taken as changed by a mark, and sent
+ * again; one with its digest is left alone. */
+static void test_journal__passthrough_mark_resends_chunk_without_digest(
+	void **state)
+{
+	struct fx *fx = *state;
+	const size_t len = 2 * CS;
+	unsigned char *want = malloc(len), s0[32], none[32] = { 0 };
+	struct jnl_chunk_ref c[4];
+	jnl_id f, g;
+	int fd;
+
+	assert_non_null(want);
+	jnl_test_commit_ms = 600000; /* commits by hand */
+	reopen(fx);
+	f = mk_file(fx->j, JNL_ROOT, "nodigest");
+	g = mk_file(fx->j, JNL_ROOT, "never-pinned");
+	ack_everything(fx->j);
+	assert_rc_ok(jnl_sync(fx->j));
+	assert_false(jnl_chunk_digest_used(fx->j, f));
+	assert_rc_ok(jnl_pt_begin(fx->j, f, &fd));
+	assert_true(jnl_chunk_digest_used(fx->j, f));
+	assert_false(jnl_chunk_digest_used(fx->j, g));
+	pattern(want, len, 5);
+	assert_int_equal(pwrite(fd, want, len, 0), (ssize_t)len);
+	assert_rc_ok(jnl_pt_mark(fx->j, f));
+	assert_rc_ok(jnl_commit_pending(fx->j, false, 0));
+	assert_int_equal(jnl_chunk_claim(fx->j, c, 4), 2);
+	EVP_Digest(want, CS, s0, NULL, EVP_sha256(), NULL);
+	assert_rc_ok(jnl_chunk_release(fx->j, &c[0], true, s0));
+	assert_rc_ok(jnl_chunk_release(fx->j, &c[1], true, none));
+	assert_int_equal(chunk_state(fx->j, f, 1, NULL), JNL_CHUNK_FLUSHED);
+	/* the close: nothing changed, but chunk 1 has no digest */
+	assert_rc_ok(jnl_pt_mark(fx->j, f));
+	jnl_pt_end(fx->j, f);
+	close(fd);
+	assert_rc_ok(jnl_commit_pending(fx->j, false, 0));
+	assert_int_equal(chunk_state(fx->j, f, 0, NULL), JNL_CHUNK_FLUSHED);
+	assert_int_equal(chunk_state(fx->j, f, 1, NULL), JNL_CHUNK_DIRTY);
+	/* its marker is there until the staging file is synced */
+	assert_true(pt_marker_exists(fx, f));
+	assert_true(jnl_chunk_digest_used(fx->j, f));
+	reopen(fx);
+	assert_false(pt_marker_exists(fx, f));
+	assert_false(jnl_chunk_digest_used(fx->j, f));
+	jnl_assert_sane(fx->j);
+	free(want);
+}
+
 /* A node cleaned while a passthrough look-up (jnl_pt_attr(), a mark) still
  * holds its staging fd: the file goes, the fd stays good until its last
  * jnl_fd_put() (this aborted: "staging fd ... in use while cleaning it"). */
@@ -3348,6 +3399,7 @@ int main(void)
 		T(test_journal__commit_syncs_many_staging_files),
 		T(test_journal__passthrough_marks_what_the_kernel_wrote),
 		T(test_journal__passthrough_grows_while_written),
+		T(test_journal__passthrough_mark_resends_chunk_without_digest),
 		T(test_journal__staging_fd_in_use_outlives_its_file),
 		T(test_journal__ops_wait_for_their_directory),
 		T(test_journal__ops_after_dir_rename_wait),
