@@ -25,6 +25,11 @@
 #   ferryfs-nfs-pt  ferryfs on nfs:// with -o passthrough (fs/pt.c): cp,
 #                 until flush --wait returns, cold read (not by default)
 #   ferryfs-smb-pt  the same on smb:// (not by default)
+#   ferryfs-smb-drain, ferryfs-nfs-drain  the flush alone: cp into the
+#                 mount with the flush paused (ferryfs pause), then the
+#                 time from ferryfs resume until flush --wait returns: the
+#                 journal's drain, what "ferryfs's flush" is without the cp
+#                 before it (not by default)
 #   ferryfs-agent ferryfs on nfs:// flushing through ferry-agent, which this
 #                 script runs in the NAS namespace over the export directory
 #                 (port 7077): cp, until flush --wait returns
@@ -77,7 +82,7 @@ usage() {
 	exit "${1:-0}"
 }
 
-ALL_GROUPS=(iperf nfs-cp smbclient sshfs rclone-copy rclone-mount ferryfs-nfs ferryfs-smb ferryfs-agent ferryfs-smb-agent ferryfs-nfs-pt ferryfs-smb-pt)
+ALL_GROUPS=(iperf nfs-cp smbclient sshfs rclone-copy rclone-mount ferryfs-nfs ferryfs-smb ferryfs-agent ferryfs-smb-agent ferryfs-nfs-pt ferryfs-smb-pt ferryfs-smb-drain ferryfs-nfs-drain)
 OPT_RATE='' OPT_CAP='' OPT_DELAY='' OPT_WLS='' RUNS=3 QUICK=0 ROWS='' APPEND=0
 while (($#)); do
 	case $1 in
@@ -115,7 +120,7 @@ done
 declare -A WANT=()
 if [[ -z $ROWS ]]; then
 	for g in "${ALL_GROUPS[@]}"; do
-		[[ $g == ferryfs-*-pt ]] || WANT[$g]=1 # an option: asked by name
+		[[ $g == ferryfs-*-pt || $g == ferryfs-*-drain ]] || WANT[$g]=1 # asked by name
 	done
 else
 	IFS=, read -r -a picked <<<"$ROWS"
@@ -711,6 +716,8 @@ row fsmb-read pull "ferryfs smb://: cold read, cp -r from a fresh mount"
 row fspt-cp push "ferryfs smb:// -o passthrough: cp -r (returns)"
 row fspt-flush push "ferryfs smb:// -o passthrough: until flush --wait returns (from the start of cp)"
 row fspt-read pull "ferryfs smb:// -o passthrough: cold read, cp -r from a fresh mount"
+row fsdr-flush push "ferryfs smb://: the flush alone: cp -r with the flush paused, then from ferryfs resume until flush --wait returns"
+row fndr-flush push "ferryfs nfs://: the flush alone (the same)"
 row fagt-cp push "ferryfs nfs:// + ferry-agent: cp -r (returns)"
 row fagt-flush push "ferryfs nfs:// + ferry-agent: until flush --wait returns (from the start of cp)"
 row fsag-cp push "ferryfs smb:// + ferry-agent: cp -r (returns)"
@@ -773,16 +780,28 @@ g_ferry() {
 		"$rmf" "$d"
 		return 0
 	fi
-	c0=$(cpu_jiffies)
-	t0=$(now)
-	if ! cp -r "$SHM/$w/." "$MNT/" >>"$log" 2>&1; then
-		fail "$p-cp" "$w" "cp failed ($(lastlog "$log"))"
-		unmount "$MNT"
-		"$rmf" "$d"
-		return 0
+	if [[ $p == fsdr || $p == fndr ]]; then # the flush alone: from a full journal
+		if ! "$FERRYFS" pause "$MNT" >>"$log" 2>&1 || ! cp -r "$SHM/$w/." "$MNT/" >>"$log" 2>&1; then
+			fail "$p-flush" "$w" "pause or cp failed ($(lastlog "$log"))"
+			unmount "$MNT"
+			"$rmf" "$d"
+			return 0
+		fi
+		c0=$(cpu_jiffies)
+		t0=$(now)
+		"$FERRYFS" resume "$MNT" >>"$log" 2>&1 || fail "$p-flush" "$w" "resume failed ($(lastlog "$log"))"
+	else
+		c0=$(cpu_jiffies)
+		t0=$(now)
+		if ! cp -r "$SHM/$w/." "$MNT/" >>"$log" 2>&1; then
+			fail "$p-cp" "$w" "cp failed ($(lastlog "$log"))"
+			unmount "$MNT"
+			"$rmf" "$d"
+			return 0
+		fi
+		t1=$(now)
+		res "$p-cp" "$w" "$(secs "$t0" "$t1")" "$(cpu_since "$c0")"
 	fi
-	t1=$(now)
-	res "$p-cp" "$w" "$(secs "$t0" "$t1")" "$(cpu_since "$c0")"
 	if "$FERRYFS" flush "$MNT" --wait >>"$log" 2>&1; then
 		t1=$(now)
 		C=$(cpu_since "$c0")
@@ -796,7 +815,7 @@ g_ferry() {
 		fi
 	fi
 	unmount "$MNT"
-	if [[ $p == fagt || $p == fsag || -n $NO_READ ]]; then # reads do not involve the agent: see fnfs-read
+	if [[ $p == fagt || $p == fsag || $p == fsdr || $p == fndr || -n $NO_READ ]]; then # reads do not involve the agent: see fnfs-read
 		"$rmf" "$d"
 		rm -rf "$WORK/journal" "$WORK/cache"
 		return 0
@@ -826,8 +845,8 @@ for ((RUN = 1; RUN <= RUNS; RUN++)); do
 	g_iperf || true
 	# every other run in the reverse order: no row always runs right
 	# after the same one (and its clean-up: a 1 GiB delete on the NAS)
-	order=(nfs-cp smbclient sshfs rclone-copy rclone-mount ferryfs-nfs ferryfs-nfs-pt ferryfs-smb ferryfs-smb-pt ferryfs-agent ferryfs-smb-agent)
-	((RUN % 2)) || order=(ferryfs-smb-agent ferryfs-agent ferryfs-smb-pt ferryfs-smb ferryfs-nfs-pt ferryfs-nfs rclone-mount rclone-copy sshfs smbclient nfs-cp)
+	order=(nfs-cp smbclient sshfs rclone-copy rclone-mount ferryfs-nfs ferryfs-nfs-pt ferryfs-nfs-drain ferryfs-smb ferryfs-smb-pt ferryfs-smb-drain ferryfs-agent ferryfs-smb-agent)
+	((RUN % 2)) || order=(ferryfs-smb-agent ferryfs-agent ferryfs-smb-drain ferryfs-smb-pt ferryfs-smb ferryfs-nfs-drain ferryfs-nfs-pt ferryfs-nfs rclone-mount rclone-copy sshfs smbclient nfs-cp)
 	for w in "${WLS[@]}"; do
 		for g in "${order[@]}"; do
 			want "$g" || continue
@@ -848,6 +867,11 @@ for ((RUN = 1; RUN <= RUNS; RUN++)); do
 				g_ferry fsmb "smb://$SMB_USER@$HOST/nas" "$NAS_SHARE_DIR" smb_mkdir smb_rm \
 					"credentials=$SMB_CRED_FILE" "$w" || true
 				;;
+			ferryfs-smb-drain)
+				g_ferry fsdr "smb://$SMB_USER@$HOST/nas" "$NAS_SHARE_DIR" smb_mkdir smb_rm \
+					"credentials=$SMB_CRED_FILE" "$w" || true
+				;;
+			ferryfs-nfs-drain) g_ferry fndr "$NFS_BASE" "$NAS_EXPORT_DIR" nfs_mkdir nfs_rm "" "$w" || true ;;
 			ferryfs-smb-pt)
 				g_ferry fspt "smb://$SMB_USER@$HOST/nas" "$NAS_SHARE_DIR" smb_mkdir smb_rm \
 					"credentials=$SMB_CRED_FILE,passthrough" "$w" || true
@@ -872,7 +896,8 @@ row_group() {
 	case $1 in
 	iperf*) echo iperf ;; nfscp*) echo nfs-cp ;; smb-*) echo smbclient ;; sshfs*) echo sshfs ;;
 	rclone*) echo rclone-copy ;; rmount*) echo rclone-mount ;; fnfs-local) echo local ;; fnfs*) echo ferryfs-nfs ;; fnpt*) echo ferryfs-nfs-pt ;; fspt*) echo ferryfs-smb-pt ;;
-	fsmb*) echo ferryfs-smb ;; fagt*) echo ferryfs-agent ;; fsag*) echo ferryfs-smb-agent ;;
+	fsmb*) echo ferryfs-smb ;; fsdr*) echo ferryfs-smb-drain ;; fndr*) echo ferryfs-nfs-drain ;;
+	fagt*) echo ferryfs-agent ;; fsag*) echo ferryfs-smb-agent ;;
 	esac
 }
 
