@@ -224,7 +224,8 @@ static int reach_err(const char *mnt, int rc)
 /*
  * flush --wait: start the flush, then follow it (a progress line on a
  * terminal) until everything is on the remote. Exit 0 only then; 1 if the
- * journal failed or an operation was given up for good.
+ * journal failed, an operation was given up for good, or the flush is
+ * paused with work pending (it would wait until someone resumed it).
  */
 static int flush_wait(const char *mnt)
 {
@@ -252,6 +253,13 @@ static int flush_wait(const char *mnt)
 		}
 		if (strstr(reply, "\"drained\": true"))
 			break;
+		if (strstr(reply, "\"paused\": true")) {
+			fprintf(stderr, "%sferryfs: flush: the flush of '%s' is "
+					"paused: nothing goes to the remote "
+					"until 'ferryfs resume %s'\n",
+				tty ? "\n" : "", mnt, mnt);
+			return 1;
+		}
 		if (tty)
 			print_progress(reply);
 		usleep(tty ? 200000 : 20000);

@@ -47,6 +47,11 @@ out=$("$FERRYFS" status "$MNT/g" 2>&1)
 [ "$out" = "$MNT/g: dirty" ] && ok "status FILE: dirty while paused" ||
 	bad "status FILE: dirty while paused" "$out"
 refuse "status of a file outside any mount" "$FERRYFS" status /etc/hostname
+out=$(timeout 10 "$FERRYFS" flush "$MNT" --wait 2>&1)
+rc=$?
+[ "$rc" = 1 ] && grep -q "paused.*ferryfs resume" <<<"$out" &&
+	ok "flush --wait while paused: exit 1 at once, says to resume" ||
+	bad "flush --wait while paused: exit 1 at once, says to resume" "exit $rc: $out"
 check "resume" "$FERRYFS" resume "$MNT"
 check "flush --wait" "$FERRYFS" flush "$MNT" --wait
 [ "$(cat "$REMOTE/g" 2>/dev/null)" = paused ] && ok "after flush --wait the remote has it" ||
