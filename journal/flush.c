@@ -947,6 +947,17 @@ static bool digest_wanted(struct jnl_flusher *f, jnl_id id)
 	return (f->flags & JNL_FLUSH_VERIFY) || jnl_chunk_digest_used(f->j, id);
 }
 
+/* The SHA-256 of the @n bytes read into @buf: @n, or -errno with *fault. */
+static ssize_t chunk_hash(const unsigned char *buf, ssize_t n,
+			  unsigned char sha[32], enum fault *fault)
+{
+	if (!EVP_Digest(buf, (size_t)n, sha, NULL, EVP_sha256(), NULL)) {
+		*fault = F_JOURNAL;
+		return -ENOMEM;
+	}
+	return n;
+}
+
 /*
  * Read claimed chunk @c into @buf and, if @digest, hash it into @sha (else
  * @sha is all zeros). Its length, or -errno with *fault. The journal
@@ -964,12 +975,7 @@ static ssize_t chunk_read(struct jnl_flusher *f, const struct jnl_chunk_ref *c,
 		*fault = n == 0 || n == -ENOENT ? F_GONE : F_JOURNAL;
 		return n == 0 ? -ENOENT : n;
 	}
-	if (digest &&
-	    !EVP_Digest(buf, (size_t)n, sha, NULL, EVP_sha256(), NULL)) {
-		*fault = F_JOURNAL;
-		return -ENOMEM;
-	}
-	return n;
+	return digest ? chunk_hash(buf, n, sha, fault) : n;
 }
 
 /*
@@ -1160,12 +1166,8 @@ static int chunk_write(struct stream *s, const struct jnl_chunk_ref *c,
 		memcpy(sha, s->pre.sha, sizeof(s->pre.sha));
 		*fault = s->pre.fault;
 		n = s->pre.n;
-		if (n > 0 && digest && !jnl_digest_known(sha) &&
-		    !EVP_Digest(s->buf, (size_t)n, sha, NULL, EVP_sha256(),
-				NULL)) {
-			*fault = F_JOURNAL;
-			n = -ENOMEM;
-		}
+		if (n > 0 && digest && !jnl_digest_known(sha))
+			n = chunk_hash(s->buf, n, sha, fault);
 	} else {
 		s->pre.ready = false;
 		n = chunk_read(f, c, s->buf, sha, digest, fault);
@@ -1235,12 +1237,19 @@ static bool put_back(struct stream *s, const struct jnl_chunk_ref *c)
 	return true;
 }
 
+/* A transient error @rc of @what: @c back to DIRTY, the stream backs off. */
+static void retry_later(struct stream *s, const struct jnl_chunk_ref *c,
+			int rc, const char *what)
+{
+	if (put_back(s, c))
+		backoff(s, rc, what);
+	count_error(s, rc, true);
+}
+
 static void park(struct stream *s, const struct jnl_chunk_ref *c, int rc)
 {
 	if (s->npark == PARK_MAX) { /* too many: treat it as transient */
-		if (put_back(s, c))
-			backoff(s, rc, "writing a chunk");
-		count_error(s, rc, true);
+		retry_later(s, c, rc, "writing a chunk");
 		return;
 	}
 	if (s->logged_park != c->id) {
@@ -1388,9 +1397,7 @@ static void chunk_failed(struct stream *s, const struct jnl_chunk_ref *c,
 			park(s, c, rc);
 			break;
 		}
-		if (put_back(s, c))
-			backoff(s, rc, "the journal");
-		count_error(s, rc, true);
+		retry_later(s, c, rc, "the journal");
 		break;
 	case F_REMOTE:
 		if (agent_misses_case(s, rc)) {
@@ -1401,9 +1408,7 @@ static void chunk_failed(struct stream *s, const struct jnl_chunk_ref *c,
 			park(s, c, rc);
 			break;
 		}
-		if (put_back(s, c))
-			backoff(s, rc, "writing a chunk");
-		count_error(s, rc, true);
+		retry_later(s, c, rc, "writing a chunk");
 		break;
 	}
 }

@@ -475,9 +475,10 @@ int jnl_chunk_claim_upto(struct jnl *j, struct jnl_chunk_ref *out, int max,
 /* The flusher is done with a claimed chunk: @ok with the SHA-256 of what
  * the remote now has, or all zeros for none (jnl_chunk_digest_used()) ->
  * FLUSHED if the generation is unchanged, else back to DIRTY. Not @ok ->
- * DIRTY (retried later, keeping its place in the queue). A stale release (the chunk was truncated away, or is no longer
- * INFLIGHT under this claim) changes nothing and returns 0. When this was
- * the node's last chunk not FLUSHED (and the node still has a name), the
+ * DIRTY (retried later, keeping its place in the queue). A stale release
+ * (the chunk was truncated away, or is no longer INFLIGHT under this
+ * claim) changes nothing and returns 0. When this was the node's last
+ * chunk not FLUSHED (and the node still has a name), the
  * node's FINISH op is appended in the same transaction. Durable with the
  * next claim or group commit (a release lost in a crash resends its
  * chunk). Under staging pressure (see Space) the node's full FLUSHED
