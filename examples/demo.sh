@@ -1,6 +1,6 @@
 #!/bin/bash
 # demo.sh — ferryfs in two minutes, with no outside server:
-#   sudo ./examples/demo.sh
+#   ./examples/demo.sh        (as root; sudo ./examples/demo.sh from a user)
 #
 # Installs the build dependencies, builds ferryfs (reusing build/), makes a
 # local directory play the NAS (/var/tmp/ferryfs-demo/nas), mounts ferryfs

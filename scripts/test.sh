@@ -1,6 +1,6 @@
 #!/bin/bash
 # test.sh — THE test command of ferryfs (see README.md): run as root,
-#   sudo ./scripts/test.sh
+#   ./scripts/test.sh         (as root; sudo ./scripts/test.sh from a user)
 #
 # 1. installs the Debian packages it needs (scripts/deps.sh);
 # 2. builds in build/ with -Werror and runs the whole ctest suite;
