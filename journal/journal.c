@@ -131,6 +131,15 @@
  *     durable, and only if no chunk holds them again by then
  *     (jnl_gc_run() under rw exclusive, staging_cut_durably()): a crash
  *     never brings back a record over bytes that are gone.
+ * 18. An op is handed out only once every op it waits for is gone from
+ *     the log durably: an ack (jnl_op_ack(), or a jnl_op_fail() that
+ *     gives an op up) deletes the op in the open batch and keeps a copy
+ *     in j->acked, which jnl_ops_ready() scans as still pending, until a
+ *     commit_pending() sync covers that batch (jnl_acked_purge(), which
+ *     then wakes the flusher; a hungry flusher hurries that commit). So
+ *     after a crash no older op replays over a newer one's effect on the
+ *     remote: whatever the remote saw of a dependent op, the journal has
+ *     the ack it came after.
  *
  * BATCHES
  *
@@ -712,6 +721,7 @@ int jnl_batch_commit(struct jnl *j)
 	if (rc)
 		return rc;
 	j->durable_seq = m.next_seq;
+	j->batch_gen++;
 	/* what the batch cleaned up may go once the commit is synced */
 	for (size_t i = 0; i < j->gc_new.n; i++)
 		if (gc_add(&j->gc_due, &j->gc_new.e[i]))
@@ -752,7 +762,7 @@ void jnl_hungry(struct jnl *j)
 	/* work the flusher gave itself (the FINISH a chunk's release
 	 * appended, ops an acknowledgement let go) waits for the commit:
 	 * an idle flusher takes it now, not a period later */
-	if (j->flusher_work &&
+	if ((j->flusher_work || j->acks_unsynced) &&
 	    now - j->commit_end_ns >= (int64_t)JNL_HUNGRY_GAP_MS * 1000000) {
 		j->hurry = true;
 		pthread_cond_signal(&j->cond);
@@ -1003,7 +1013,7 @@ static int commit_pending(struct jnl *j, bool locked, jnl_id only, bool waited,
 	struct jnl_u64set ended = { 0 };
 	struct jnl_gc due = { 0 };
 	struct jnl_wtx w;
-	uint64_t reserved = 0;
+	uint64_t reserved = 0, synced_gen = 0;
 	bool any, unsynced;
 	int rc, marks_rc;
 
@@ -1050,6 +1060,7 @@ static int commit_pending(struct jnl *j, bool locked, jnl_id only, bool waited,
 		/* every clean-up committed so far is covered by the sync */
 		due = j->gc_due;
 		memset(&j->gc_due, 0, sizeof(j->gc_due));
+		synced_gen = j->batch_gen; /* so is every batch below it */
 		pthread_mutex_unlock(&j->txn_lock);
 	}
 	pthread_mutex_lock(&j->lock);
@@ -1058,6 +1069,20 @@ static int commit_pending(struct jnl *j, bool locked, jnl_id only, bool waited,
 	pthread_mutex_unlock(&j->lock);
 	if (!rc && unsynced)
 		rc = jnl_mdb(j, mdb_env_sync(j->env, 1));
+	if (!rc) {
+		/* acks the sync made durable: what waited for them may go
+		 * (invariant 18) */
+		bool freed;
+
+		pthread_mutex_lock(&j->txn_lock);
+		freed = j->acked.n &&
+			jnl_acked_purge(j, synced_gen, !j->dirty);
+		pthread_mutex_unlock(&j->txn_lock);
+		pthread_mutex_lock(&j->lock);
+		if (freed && j->notify_fn)
+			j->notify_fn(j->notify_arg);
+		pthread_mutex_unlock(&j->lock);
+	}
 	if (rc) {
 		pthread_mutex_lock(&j->txn_lock);
 		for (size_t i = 0; i < due.n; i++) /* for the next try */
@@ -1702,6 +1727,7 @@ static void jnl_free(struct jnl *j)
 	jnl_ptab_free(&j->pend);
 	jnl_ptab_free(&j->committing);
 	jnl_u64set_free(&j->handed);
+	jnl_acked_free(j);
 	gc_free(&j->gc_new);
 	gc_free(&j->gc_due);
 	pthread_cond_destroy(&j->names_cond);

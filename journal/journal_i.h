@@ -379,6 +379,17 @@ struct jnl {
 	jnl_id sweep_next;      /* jnl_sweep()'s next id, 0: done; lock */
 	struct jnl_undo undo;   /* of the open change; txn_lock */
 	uint64_t durable_seq;  /* ops below it are committed; txn_lock */
+	/* Ops acknowledged (or given up) whose deletion is not synced yet:
+	 * jnl_ops_ready() still counts them as pending when it decides what
+	 * waits for what, so that no op is handed out on an ack a crash can
+	 * take back (ops.c; invariant 18 of journal.c). Each entry holds the
+	 * batch number (batch_gen) its deletion went into. txn_lock */
+	struct jnl_acked {
+		struct jnl_orec *o;
+		uint64_t *gen;
+		size_t n, cap;
+	} acked;
+	uint64_t batch_gen;    /* the open batch's number; txn_lock */
 	bool wake_pending;     /* the batch made flusher work; txn_lock */
 	struct jnl_gc gc_new;  /* clean-ups of changes in the batch; txn_lock */
 	struct jnl_gc gc_due;  /* of committed changes; txn_lock */
@@ -390,8 +401,12 @@ struct jnl {
 	struct jnl_ptab committing;      /* marks of the commit running; lock */
 	uint64_t pend_new;               /* bytes reserved by both; lock */
 	int commit_err;                  /* last group commit error; lock */
-	bool dirty;                      /* the batch has changes; lock */
+	bool dirty;                      /* the batch has changes; lock
+					    and txn_lock to write, either
+					    to read */
 	bool unsynced;                   /* meta page not synced yet; lock */
+	bool acks_unsynced;              /* acked has entries: a hungry
+					    flusher hurries the commit; lock */
 	bool stop;                       /* committer exits; lock */
 	unsigned int waiters;            /* writers waiting for room; lock */
 	uint64_t write_waits;            /* writes that waited; lock */
@@ -696,6 +711,12 @@ void jnl_fd_close_all(struct jnl *j);
 int jnl_op_append(struct jnl_wtx *w, const struct jnl_orec *o, uint64_t *seq);
 /* Read an op; -ENOENT if none. */
 int jnl_op_read(struct jnl *j, MDB_txn *txn, uint64_t seq, struct jnl_orec *o);
+/* Forget the acknowledged ops (j->acked) whose deletion a sync covers:
+ * those of batches below @synced_gen; and, if @open_clean (the open
+ * batch holds no change), those of the open batch, whose change was
+ * undone. txn_lock held. True if any went (ops may be ready). */
+bool jnl_acked_purge(struct jnl *j, uint64_t synced_gen, bool open_clean);
+void jnl_acked_free(struct jnl *j);
 /* Delete an op and uncount it from its nodes' nops. */
 int jnl_op_delete(struct jnl_wtx *w, const struct jnl_orec *o);
 /* The distinct nodes an op names (at most 4); returns the count. */

@@ -24,6 +24,14 @@
  * j->handed (invariant 12 of journal.c; cancellation in node.c relies on
  * it). It stops at the first op not committed yet (durable_seq): the
  * remote never gets an op a crash could take back (invariant 15).
+ *
+ * An op acknowledged (or given up) is deleted from the log in the open
+ * batch; until that deletion is synced it still counts as pending for
+ * what waits for it (j->acked, scanned before the log): else a crash
+ * takes the ack back and the older op replays over what the newer one
+ * did on the remote (a rename of "a" to "b", then a create of "a":
+ * after the kill the rename replayed and moved the new, empty "a" over
+ * the "b" that held the data; invariant 18 of journal.c).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -418,6 +426,67 @@ static void to_public(const struct jnl_orec *o, struct jnl_op *out)
 	out->flags = o->r.flags;
 }
 
+/* Keep @o as acknowledged in the open batch (op_end()). txn_lock. */
+static int acked_add(struct jnl *j, const struct jnl_orec *o)
+{
+	struct jnl_acked *a = &j->acked;
+
+	if (a->n == a->cap) {
+		size_t cap = a->cap ? a->cap * 2 : 64;
+		struct jnl_orec *no = realloc(a->o, cap * sizeof(*no));
+		uint64_t *ng;
+
+		if (!no)
+			return -ENOMEM;
+		a->o = no;
+		ng = realloc(a->gen, cap * sizeof(*ng));
+		if (!ng)
+			return -ENOMEM;
+		a->gen = ng;
+		a->cap = cap;
+	}
+	a->o[a->n] = *o;
+	a->gen[a->n++] = j->batch_gen;
+	pthread_mutex_lock(&j->lock);
+	j->acks_unsynced = true;
+	pthread_mutex_unlock(&j->lock);
+	return 0;
+}
+
+bool jnl_acked_purge(struct jnl *j, uint64_t synced_gen, bool open_clean)
+{
+	struct jnl_acked *a = &j->acked;
+	size_t k = 0;
+	bool any;
+
+	for (size_t i = 0; i < a->n; i++) {
+		bool stale = open_clean && a->gen[i] == j->batch_gen;
+
+		if (a->gen[i] >= synced_gen && !stale) {
+			a->o[k] = a->o[i];
+			a->gen[k++] = a->gen[i];
+		}
+	}
+	any = k != a->n;
+	a->n = k;
+	if (!k && a->cap > 4096) { /* a big flush's worth: give it back */
+		free(a->o);
+		free(a->gen);
+		memset(a, 0, sizeof(*a));
+	}
+	pthread_mutex_lock(&j->lock);
+	j->acks_unsynced = k > 0;
+	pthread_mutex_unlock(&j->lock);
+	return any;
+}
+
+void jnl_acked_free(struct jnl *j)
+{
+	free(j->acked.o);
+	free(j->acked.gen);
+	memset(&j->acked, 0, sizeof(j->acked));
+}
+
 int jnl_ops_ready(struct jnl *j, struct jnl_op *out, int max)
 {
 	struct scan sc = { 0 };
@@ -437,6 +506,15 @@ int jnl_ops_ready(struct jnl *j, struct jnl_op *out, int max)
 		goto out_free;
 	w.j = j;
 	sc.w = &w;
+	/* acknowledged, not synced: still in the way of what waits for
+	 * them (never handed out again) */
+	for (size_t i = 0; i < j->acked.n && !rc; i++) {
+		bool ready;
+
+		rc = scan_op(&sc, &j->acked.o[i], &ready);
+	}
+	if (rc)
+		goto out_abort;
 	rc = mdb_cursor_open(w.txn, j->db_ops, &c);
 	if (rc) {
 		rc = jnl_mdb(j, rc);
@@ -738,6 +816,9 @@ static int op_end(struct jnl *j, uint64_t seq, bool ack, bool fatal)
 	}
 	if (!rc)
 		rc = jnl_op_delete(&w, &o);
+	if (!rc) /* a change that fails after this leaves a stale entry:
+		    jnl_acked_purge() drops it */
+		rc = acked_add(j, &o);
 	if (rc)
 		goto out_abort;
 	rc = jnl_wtx_commit(&w);

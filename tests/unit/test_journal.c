@@ -162,16 +162,25 @@ static uint64_t nops(struct jnl *j)
 	return stats(j).pending_ops;
 }
 
+/* The ops ready once the acks so far are durable (invariant 18). */
+static int ready(struct jnl *j, struct jnl_op *ops, int max)
+{
+	assert_rc_ok(jnl_sync(j));
+	return jnl_ops_ready(j, ops, max);
+}
+
 /* Hand out everything ready and ack it, until nothing is pending. */
 static void ack_everything(struct jnl *j)
 {
 	struct jnl_op ops[64];
-	int n;
+	int n, rounds = 0;
 
-	while ((n = jnl_ops_ready(j, ops, 64)) > 0)
-		for (int i = 0; i < n; i++)
-			assert_rc_ok(jnl_op_ack(j, ops[i].seq));
-	assert_rc_ok(n);
+	do { /* nops() syncs: the acks' dependents are ready next round */
+		while ((n = jnl_ops_ready(j, ops, 64)) > 0)
+			for (int i = 0; i < n; i++)
+				assert_rc_ok(jnl_op_ack(j, ops[i].seq));
+		assert_rc_ok(n);
+	} while (nops(j) && ++rounds < 1000);
 	assert_int_equal(nops(j), 0);
 	jnl_assert_sane(j);
 }
@@ -2428,7 +2437,7 @@ static void test_journal__ops_after_dir_rename_wait(void **state)
 	assert_non_null(find_op(ops, n, JNL_OP_CREATE, other));
 	assert_rc_ok(jnl_op_ack(fx->j, find_op(ops, n, JNL_OP_CREATE, y)->seq));
 	assert_rpath(fx->j, y, "d/y");
-	n = jnl_ops_ready(fx->j, ops, 8);
+	n = ready(fx->j, ops, 8);
 	assert_int_equal(n, 1);
 	assert_int_equal(ops[0].type, JNL_OP_RENAME);
 	assert_int_equal(ops[0].parent, JNL_ROOT);
@@ -2437,7 +2446,7 @@ static void test_journal__ops_after_dir_rename_wait(void **state)
 	assert_rc_ok(jnl_op_ack(fx->j, ops[0].seq));
 	assert_rpath(fx->j, d, "e");
 	assert_rpath(fx->j, y, "e/y");
-	n = jnl_ops_ready(fx->j, ops, 8);
+	n = ready(fx->j, ops, 8);
 	assert_int_equal(n, 1);
 	assert_int_equal(ops[0].id, x);
 	assert_rc_ok(jnl_op_ack(fx->j, ops[0].seq));
@@ -2466,7 +2475,7 @@ static void test_journal__ops_exchange(void **state)
 	assert_non_null(find_op(ops, n, JNL_OP_CREATE, z));
 	for (int i = 0; i < n; i++)
 		assert_rc_ok(jnl_op_ack(fx->j, ops[i].seq));
-	n = jnl_ops_ready(fx->j, ops, 8);
+	n = ready(fx->j, ops, 8);
 	assert_int_equal(n, 1);
 	assert_int_equal(ops[0].type, JNL_OP_RENAME);
 	assert_int_equal(ops[0].flags, RENAME_EXCHANGE);
@@ -2475,7 +2484,7 @@ static void test_journal__ops_exchange(void **state)
 	assert_rpath(fx->j, a, "B");
 	assert_rpath(fx->j, b, "A");
 	assert_rpath(fx->j, x, "B/x");
-	n = jnl_ops_ready(fx->j, ops, 8);
+	n = ready(fx->j, ops, 8);
 	assert_int_equal(n, 1);
 	assert_int_equal(ops[0].id, y);
 	assert_rc_ok(jnl_op_ack(fx->j, ops[0].seq));
@@ -2509,9 +2518,76 @@ static void test_journal__ops_same_name_in_order(void **state)
 	assert_int_equal(find_op(ops, n, JNL_OP_SETATTR, w)->flags,
 			 JNL_SET_MODE);
 	assert_rc_ok(jnl_op_ack(fx->j, find_op(ops, n, JNL_OP_UNLINK, x)->seq));
-	n = jnl_ops_ready(fx->j, ops, 8);
+	n = ready(fx->j, ops, 8);
 	assert_int_equal(n, 1);
 	assert_int_equal(ops[0].id, x2);
+	jnl_assert_sane(fx->j);
+}
+
+/* The logrotate pattern: rename a -> b, create a. The create waits for
+ * the rename; once the rename is acked it may go only when that ack is
+ * durable: handed out before, its effect on the remote (a new, empty a)
+ * was there when a crash took the ack back, and the rename replayed over
+ * it (the share's a and b both empty, the data gone; issue 36). */
+static int crash_after_rename_ack(struct jnl *j)
+{
+	struct jnl_op ops[8];
+	int n = jnl_ops_ready(j, ops, 8);
+
+	if (n != 1 || ops[0].type != JNL_OP_RENAME)
+		return -1;
+	if (jnl_op_ack(j, ops[0].seq))
+		return -1;
+	/* the ack is in the open batch only: nothing more is ready */
+	n = jnl_ops_ready(j, ops, 8);
+	return n == 0 ? 0 : -1;
+}
+
+static int sync_after_rename_ack(struct jnl *j)
+{
+	struct jnl_op ops[8];
+	int n = jnl_ops_ready(j, ops, 8);
+
+	if (n != 1 || ops[0].type != JNL_OP_RENAME || jnl_op_ack(j, ops[0].seq))
+		return -1;
+	if (jnl_ops_ready(j, ops, 8) != 0 || jnl_sync(j))
+		return -1;
+	n = jnl_ops_ready(j, ops, 8); /* durable now: the create goes */
+	if (n != 1 || ops[0].type != JNL_OP_CREATE || strcmp(ops[0].name, "a"))
+		return -1;
+	return 0;
+}
+
+static void test_journal__ops_wait_for_durable_acks(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_op ops[8];
+	jnl_id a, a2, b;
+	bool wh;
+	int n;
+
+	a = import(fx->j, JNL_ROOT, "a", S_IFREG | 0644, 60, 8);
+	assert_rc_ok(jnl_rename(fx->j, JNL_ROOT, "a", JNL_ROOT, "b", 0));
+	a2 = mk_file(fx->j, JNL_ROOT, "a");
+	assert_rc_ok(jnl_sync(fx->j));
+	/* killed after the ack, before any commit: the rename is pending
+	 * again, and the create was not handed out in between */
+	crash_child(fx, 60000, crash_after_rename_ack);
+	assert_int_equal(nops(fx->j), 2);
+	n = jnl_ops_ready(fx->j, ops, 8);
+	assert_int_equal(n, 1);
+	assert_int_equal(ops[0].type, JNL_OP_RENAME);
+	assert_int_equal(ops[0].id, a);
+	assert_rc_ok(jnl_op_fail(fx->j, ops[0].seq, false));
+	/* synced: the ack survives a crash, the create goes after it */
+	crash_child(fx, 60000, sync_after_rename_ack);
+	assert_int_equal(nops(fx->j), 1);
+	assert_rc_ok(jnl_lookup(fx->j, JNL_ROOT, "b", &b, &wh));
+	assert_int_equal(b, a);
+	assert_rpath(fx->j, a, "b");
+	n = jnl_ops_ready(fx->j, ops, 8);
+	assert_int_equal(n, 1);
+	assert_int_equal(ops[0].id, a2);
 	jnl_assert_sane(fx->j);
 }
 
@@ -3405,6 +3481,7 @@ int main(void)
 		T(test_journal__ops_after_dir_rename_wait),
 		T(test_journal__ops_exchange),
 		T(test_journal__ops_same_name_in_order),
+		T(test_journal__ops_wait_for_durable_acks),
 		T(test_journal__op_fail_and_reopen),
 		T(test_journal__concurrent_writers_and_flusher),
 		T(test_journal__concurrent_fill_and_write),
