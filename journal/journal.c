@@ -1347,6 +1347,49 @@ static int open_subdir(struct jnl *j, const char *name, int *fd)
 	return rc;
 }
 
+/*
+ * DIR/creating exists from before DIR/meta.mdb is made until the new
+ * journal's first commit is synced (jnl_open()): an environment without
+ * a journal in it is one being created only then. Without the mark it is
+ * a damaged journal (an LMDB file emptied or replaced by a crash of its
+ * disk), which is refused: a new journal started over it would say
+ * "everything is on the remote" of data it lost (issue 36, bug 3).
+ */
+static int creating_mark(struct jnl *j)
+{
+	int fd = openat(j->dirfd, "creating",
+			O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	int rc = 0;
+
+	if (fd < 0 || fsync(fd) < 0 || fsync(j->dirfd) < 0)
+		rc = -errno;
+	if (fd >= 0)
+		close(fd);
+	if (rc)
+		set_errmsg("cannot create a journal in '%s': %s", j->dir,
+			   strerror(-rc));
+	return rc;
+}
+
+static bool creating_marked(struct jnl *j)
+{
+	return faccessat(j->dirfd, "creating", F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+static int creating_done(struct jnl *j)
+{
+	int rc = 0;
+
+	if (unlinkat(j->dirfd, "creating", 0) < 0 && errno != ENOENT)
+		rc = -errno;
+	else if (fsync(j->dirfd) < 0)
+		rc = -errno;
+	if (rc)
+		set_errmsg("cannot finish journal '%s': %s", j->dir,
+			   strerror(-rc));
+	return rc;
+}
+
 /* Open or create DIR and DIR/meta.mdb; sets *creating. */
 static int open_dirs(struct jnl *j, unsigned int flags, bool *creating)
 {
@@ -1394,6 +1437,9 @@ static int open_dirs(struct jnl *j, unsigned int flags, bool *creating)
 				   rc ? strerror(-rc) : "directory not empty");
 			return rc ? rc : -ENOTEMPTY;
 		}
+		rc = creating_mark(j);
+		if (rc)
+			return rc;
 		if (mkdirat(j->dirfd, "meta.mdb", 0700) < 0) {
 			rc = -errno;
 			set_errmsg("cannot create '%s/meta.mdb': %s", j->dir,
@@ -1549,6 +1595,112 @@ static int check_meta(struct jnl *j, MDB_txn *txn,
 	return 0;
 }
 
+/* Add to @ids the ids of the staging files in data/. Another name there
+ * is not ours: left alone. */
+static int staging_ids(struct jnl *j, struct jnl_u64set *ids)
+{
+	int fd = dup(j->datafd), rc = 0;
+	struct dirent *de;
+	DIR *d;
+
+	if (fd < 0)
+		return -errno;
+	d = fdopendir(fd);
+	if (!d) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	while (!rc && (de = readdir(d))) {
+		char *end;
+		unsigned long long id;
+
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		errno = 0;
+		id = strtoull(de->d_name, &end, 10);
+		if (!*end && !errno)
+			rc = jnl_u64set_add(ids, id);
+	}
+	closedir(d);
+	return rc;
+}
+
+/*
+ * Do the journal's parts agree? Every node with chunk records has its
+ * staging file (their bytes are nowhere else), and no staging file has an
+ * id the journal cannot have handed out: ids below next_id + JNL_ID_GAP
+ * (those of a batch a crash lost are below it, jnl_open() skips them;
+ * such files, and those of nodes cleaned just before a crash, are
+ * orphans no id will name again). An LMDB file older than the staging
+ * files (a restored copy) would hand their ids out again: refused.
+ * Costs a readdir of data/ and a look per node with chunk records.
+ */
+static int check_parts(struct jnl *j, MDB_txn *txn,
+		       const struct jnl_meta_rec *m)
+{
+	struct jnl_u64set ids = { 0 };
+	struct jnl_key16 kk;
+	MDB_cursor *c = NULL;
+	MDB_val k, v;
+	uint64_t bad = 0;
+	int rc;
+
+	rc = staging_ids(j, &ids);
+	if (rc) {
+		set_errmsg("cannot read '%s/data': %s", j->dir, strerror(-rc));
+		goto out;
+	}
+	for (size_t i = 0; i < ids.cap && !bad; i++)
+		if (ids.v[i] && ids.v[i] >= m->next_id + JNL_ID_GAP)
+			bad = ids.v[i];
+	if (bad) {
+		set_errmsg("journal '%s' is damaged: staging file 'data/%" PRIu64
+			   "' has an id its LMDB file never handed out "
+			   "(next %" PRIu64 "): is meta.mdb an older copy?",
+			   j->dir, bad, m->next_id);
+		rc = -EPROTO;
+		goto out;
+	}
+	rc = mdb_cursor_open(txn, j->db_chunks, &c);
+	for (rc = rc ? rc : mdb_cursor_get(c, &k, &v, MDB_FIRST); !rc;
+	     rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE)) {
+		uint64_t id;
+
+		if (k.mv_size != 16) {
+			rc = MDB_CORRUPTED;
+			break;
+		}
+		id = jnl_be64_get(k.mv_data);
+		if (!jnl_u64set_has(&ids, id)) {
+			bad = id;
+			break;
+		}
+		if (id == UINT64_MAX) {
+			rc = MDB_NOTFOUND;
+			break;
+		}
+		kk = jnl_key16(id + 1, 0); /* the next node's first record */
+		k.mv_size = 16;
+		k.mv_data = kk.b;
+	}
+	if (c)
+		mdb_cursor_close(c);
+	if (bad) {
+		set_errmsg("journal '%s' is damaged: node %" PRIu64 " has data "
+			   "in the journal but its staging file 'data/%" PRIu64
+			   "' is gone", j->dir, bad, bad);
+		rc = -EPROTO;
+	} else if (rc == MDB_NOTFOUND) {
+		rc = 0;
+	} else if (rc) {
+		rc = open_err(j, rc, "chunks");
+	}
+out:
+	jnl_u64set_free(&ids);
+	return rc;
+}
+
 /* Open the environment and its databases, create or check meta, recover.
  * Returns -errno with errmsg set. */
 static int open_env(struct jnl *j, bool creating, unsigned int flags,
@@ -1587,9 +1739,24 @@ static int open_env(struct jnl *j, bool creating, unsigned int flags,
 	{
 		MDB_envinfo info;
 		MDB_stat st;
+		struct stat fst;
+		char file[PATH_MAX + 16];
 
 		mdb_env_info(j->env, &info);
 		mdb_env_stat(j->env, &st);
+		/* a file cut short (its disk crashed): its pages past the end
+		 * would be read as zeros or fault (SIGBUS) */
+		snprintf(file, sizeof(file), "%s/data.mdb", path);
+		if (stat(file, &fst) == 0 &&
+		    (uint64_t)fst.st_size <
+			    ((uint64_t)info.me_last_pgno + 1) * st.ms_psize) {
+			set_errmsg("journal '%s' is damaged: '%s' is %lld "
+				   "bytes, its records need %llu (truncated?)",
+				   j->dir, file, (long long)fst.st_size,
+				   (unsigned long long)(info.me_last_pgno + 1) *
+					   st.ms_psize);
+			return -EPROTO;
+		}
 		j->map_pages = info.me_mapsize / st.ms_psize;
 		j->reserve_pages = j->map_pages / 32;
 		if (j->reserve_pages < 32)
@@ -1614,8 +1781,18 @@ static int open_env(struct jnl *j, bool creating, unsigned int flags,
 		MDB_dbi probe;
 
 		rc = mdb_dbi_open(w.txn, "meta", 0, &probe);
-		if (rc == MDB_NOTFOUND && (flags & JNL_CREATE))
+		if (rc == MDB_NOTFOUND && (flags & JNL_CREATE) &&
+		    creating_marked(j))
 			init = true; /* an earlier creation stopped early */
+		else if (rc == MDB_NOTFOUND) {
+			set_errmsg("journal '%s' is damaged: '%s/data.mdb' "
+				   "holds no journal (emptied or replaced?); "
+				   "refusing to start a new journal over it: "
+				   "move the directory away to start afresh",
+				   j->dir, path);
+			rc = -EPROTO;
+			goto out_abort;
+		}
 	}
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		rc = mdb_dbi_open(w.txn, names[i], init ? MDB_CREATE : 0,
@@ -1666,6 +1843,8 @@ static int open_env(struct jnl *j, bool creating, unsigned int flags,
 		rc = init_meta(j, &w, cfg, chunk_size);
 	} else {
 		rc = check_meta(j, w.txn, cfg, &w.m);
+		if (!rc)
+			rc = check_parts(j, w.txn, &w.m);
 		if (!rc) {
 			/* ids a crash lost (at most a batch of them) are not
 			 * handed out again: their staging files may be left */
@@ -1695,6 +1874,8 @@ static int open_env(struct jnl *j, bool creating, unsigned int flags,
 	if (rc)
 		set_errmsg("cannot commit journal '%s': %s", j->dir,
 			   strerror(-rc));
+	else if (init)
+		rc = creating_done(j); /* a journal now, synced */
 	return rc;
 
 out_abort:

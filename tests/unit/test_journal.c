@@ -462,6 +462,103 @@ static void test_journal__garbage_lmdb_is_eproto(void **state)
 	free(junk);
 }
 
+/* A journal whose LMDB file was emptied (what a crash of its disk can
+ * leave), cut short, or whose parts disagree, is refused with the reason,
+ * and nothing of it is touched: before, an empty data.mdb silently began
+ * a new journal and the pending, fsynced data was gone (issue 36, bug 3),
+ * its staging file left under an id the next node was given again. */
+static void test_journal__damaged_journal_is_refused(void **state)
+{
+	struct fx *fx = *state;
+	char path[PATH_MAX + 32], sp[PATH_MAX + 32];
+	struct stat st;
+	struct jnl *j = NULL;
+	jnl_id f;
+
+	f = mk_file(fx->j, JNL_ROOT, "f");
+	write_pattern(fx->j, f, 0, 3 * CS, 1);
+	assert_rc_ok(jnl_sync(fx->j));
+	jnl_close(fx->j);
+	fx->j = NULL;
+	snprintf(path, sizeof(path), "%s/meta.mdb/data.mdb", fx->dir);
+	snprintf(sp, sizeof(sp), "%s/data/%" PRIu64, fx->dir, f);
+	assert_int_equal(stat(path, &st), 0);
+
+	/* cut short: the pages its records need are not there */
+	assert_int_equal(truncate(path, st.st_size / 2), 0);
+	assert_rc_err(jnl_open(fx->dir, &fx->cfg, JNL_CREATE, &j), EPROTO);
+	assert_null(j);
+	assert_non_null(strstr(jnl_errmsg(), "damaged"));
+
+	/* emptied */
+	assert_int_equal(truncate(path, 0), 0);
+	assert_rc_err(jnl_open(fx->dir, &fx->cfg, JNL_CREATE, &j), EPROTO);
+	assert_null(j);
+	assert_non_null(strstr(jnl_errmsg(), "holds no journal"));
+	assert_rc_err(jnl_open(fx->dir, &fx->cfg, 0, &j), EPROTO);
+	assert_int_equal(stat(sp, &st), 0); /* its data is still there */
+	assert_int_equal(st.st_size, 3 * CS);
+}
+
+static void test_journal__parts_that_disagree_are_refused(void **state)
+{
+	struct fx *fx = *state;
+	char sp[PATH_MAX + 32], foreign[PATH_MAX + 32];
+	struct jnl *j = NULL;
+	jnl_id f;
+
+	f = mk_file(fx->j, JNL_ROOT, "f");
+	write_pattern(fx->j, f, 0, CS, 2);
+	assert_rc_ok(jnl_sync(fx->j));
+	jnl_close(fx->j);
+	fx->j = NULL;
+	snprintf(sp, sizeof(sp), "%s/data/%" PRIu64, fx->dir, f);
+	snprintf(foreign, sizeof(foreign), "%s/data/%" PRIu64, fx->dir,
+		 f + 10 * (uint64_t)65536);
+
+	/* a staging file with an id the journal never handed out (an LMDB
+	 * file older than its staging files) */
+	write_file(foreign, "old", 3);
+	assert_rc_err(jnl_open(fx->dir, &fx->cfg, 0, &j), EPROTO);
+	assert_non_null(strstr(jnl_errmsg(), "never handed out"));
+	assert_int_equal(unlink(foreign), 0);
+
+	/* a node's data whose staging file is gone */
+	snprintf(foreign, sizeof(foreign), "%s/moved", fx->tmp);
+	assert_int_equal(rename(sp, foreign), 0);
+	assert_rc_err(jnl_open(fx->dir, &fx->cfg, 0, &j), EPROTO);
+	assert_non_null(strstr(jnl_errmsg(), "is gone"));
+	assert_int_equal(rename(foreign, sp), 0);
+
+	/* an orphan of a batch a crash lost (an id above next_id, within
+	 * the gap) is harmless: the journal opens */
+	snprintf(foreign, sizeof(foreign), "%s/data/%" PRIu64, fx->dir, f + 7);
+	write_file(foreign, "lost", 4);
+	assert_rc_ok(jnl_open(fx->dir, &fx->cfg, 0, &fx->j));
+	jnl_assert_sane(fx->j);
+}
+
+/* A creation killed before its first commit leaves DIR/creating: the
+ * next open makes the journal; without that mark the same empty
+ * environment is refused (above). */
+static void test_journal__creation_cut_short_resumes(void **state)
+{
+	struct fx *fx = *state;
+	char path[PATH_MAX + 32];
+
+	jnl_close(fx->j);
+	fx->j = NULL;
+	snprintf(path, sizeof(path), "%s/creating", fx->dir);
+	assert_int_equal(access(path, F_OK), -1); /* gone once made */
+	write_file(path, "", 0);
+	snprintf(path, sizeof(path), "%s/meta.mdb/data.mdb", fx->dir);
+	assert_int_equal(truncate(path, 0), 0);
+	assert_rc_ok(jnl_open(fx->dir, &fx->cfg, JNL_CREATE, &fx->j));
+	jnl_assert_sane(fx->j);
+	snprintf(path, sizeof(path), "%s/creating", fx->dir);
+	assert_int_equal(access(path, F_OK), -1);
+}
+
 /* Rewrite the meta record of a closed journal with @edit applied. */
 static void edit_meta(struct fx *fx, void (*edit)(struct jnl_meta_rec *))
 {
@@ -3482,6 +3579,9 @@ int main(void)
 		T(test_journal__ops_exchange),
 		T(test_journal__ops_same_name_in_order),
 		T(test_journal__ops_wait_for_durable_acks),
+		T(test_journal__damaged_journal_is_refused),
+		T(test_journal__parts_that_disagree_are_refused),
+		T(test_journal__creation_cut_short_resumes),
 		T(test_journal__op_fail_and_reopen),
 		T(test_journal__concurrent_writers_and_flusher),
 		T(test_journal__concurrent_fill_and_write),
