@@ -50,6 +50,9 @@ struct fs_opts {
 	bool verify;               /* -o verify=readback */
 	unsigned long long bwlimit;     /* -o bwlimit=RATE, 0: none */
 	unsigned long long journal_max; /* -o journal_max=SIZE, 0: disk */
+	int adopt;                 /* -o adopt: bind the journal to this
+				      share even if it was bound to
+				      another (bind.c) */
 	/* reads: the block cache and read-ahead (cache/, fs/read.c) */
 	char *cache;               /* -o cache=DIR, NULL: the default */
 	bool no_cache;             /* -o cache=off */

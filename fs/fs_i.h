@@ -373,6 +373,9 @@ void fs_names_release(struct fs *fs);
  * (fs_wb_stop: says what stays pending), and the control commands. */
 int fs_wb_open(struct fs *fs, bool check_only);
 int fs_wb_start(struct fs *fs);
+/* bind.c: is the remote the share the journal belongs to? (a marker of
+ * it there, -o adopt makes one). -EXDEV with one line on stderr if not. */
+int fs_bind_check(struct fs *fs);
 void fs_wb_stop(struct fs *fs);
 /* the last ref of a write-back handle (h->id) went: the journal drops the
  * data of its node if that has no name left (jnl_node_close()) */

@@ -69,6 +69,7 @@ static const struct fuse_opt opt_spec[] = {
 	OPTV("verify=%s", s_verify),
 	OPTV("bwlimit=%s", s_bwlimit),
 	OPTV("journal_max=%s", s_journal_max),
+	OPT("adopt", adopt),
 	OPTV("cache=%s", cache),
 	OPTV("cache_max=%s", s_cache_max),
 	OPT("cache_local", cache_local),
@@ -451,6 +452,9 @@ void fs_usage(const char *progname)
 	       "                           fsync and close wait for the remote (remote)\n"
 	       "    -o bwlimit=RATE        cap the flush at RATE bytes/s\n"
 	       "    -o journal_max=SIZE    bound the journal; writers wait for the flush\n"
+	       "    -o adopt               bind the journal to this share although it\n"
+	       "                           has no marker of it (a journal is refused\n"
+	       "                           on a share without its marker)\n"
 	       "    -o verify=readback     read every flushed chunk back and compare\n"
 	       "    -o agent=HOST:PORT     flush through ferry-agent next to the share\n"
 	       "    -o agent_key=FILE      the key ferry-agent was started with\n"

@@ -842,6 +842,8 @@ static int check_name(struct fs *fs, struct fs_inode *parent,
 {
 	char path[PATH_MAX];
 
+	if (parent == fs_itab_root(fs->itab) && !strcmp(name, RMT_RESERVED))
+		return -EPERM; /* ferryfs's own (bind.c), as the remote says */
 	if (fs_itab_path(fs->itab, parent, name, path, sizeof(path)) ==
 	    -ENAMETOOLONG)
 		return -ENAMETOOLONG;
@@ -2118,6 +2120,12 @@ int fs_wb_open(struct fs *fs, bool check_only)
 	if (check_only) {
 		struct jnl_stats st;
 
+		rc = fs_bind_check(fs);
+		if (rc) {
+			jnl_close(fs->jnl);
+			fs->jnl = NULL;
+			return rc;
+		}
 		/* this open did the recovery: keep what it found to resend */
 		if (jnl_stats(fs->jnl, &st) == 0)
 			fs->resent_bytes = st.resent_bytes;

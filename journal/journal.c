@@ -2042,6 +2042,41 @@ const char *jnl_remote_id(const struct jnl *j)
 	return j->remote_id;
 }
 
+/* meta "bind" -> struct jnl_bind (missing: JNL_BIND_NONE) */
+int jnl_bind_get(struct jnl *j, struct jnl_bind *out)
+{
+	MDB_val k = { 4, "bind" }, v;
+	MDB_txn *txn;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	rc = jnl_rtx_begin(j, &txn);
+	if (rc)
+		return rc;
+	rc = mdb_get(txn, j->db_meta, &k, &v);
+	if (!rc && v.mv_size == sizeof(*out))
+		memcpy(out, v.mv_data, sizeof(*out));
+	jnl_rtx_end(j);
+	return rc && rc != MDB_NOTFOUND ? jnl_mdb(j, rc) : 0;
+}
+
+int jnl_bind_set(struct jnl *j, const struct jnl_bind *b)
+{
+	MDB_val k = { 4, "bind" }, v = { sizeof(*b), (void *)b };
+	struct jnl_wtx w;
+	int rc = jnl_wtx_begin(j, &w, true);
+
+	if (rc)
+		return rc;
+	rc = jnl_mdb(j, jnl_put(j, w.txn, j->db_meta, &k, &v, 0));
+	if (rc) {
+		jnl_wtx_abort(&w);
+		return rc;
+	}
+	rc = jnl_wtx_commit(&w);
+	return rc ? rc : jnl_sync(j);
+}
+
 int jnl_stats(struct jnl *j, struct jnl_stats *out)
 {
 	struct jnl_meta_rec m;

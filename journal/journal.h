@@ -195,6 +195,38 @@ uint64_t jnl_ident(const struct jnl *j);
 /* The remote id the journal belongs to (jnl_config.remote_id, checked at
  * open). Owned by j. */
 const char *jnl_remote_id(const struct jnl *j);
+
+/*
+ * How the journal is bound to its share. The remote id names a share by
+ * its address (a path, a URL), which another file system can take: a
+ * share that is a mount point not mounted at the time shows the empty
+ * directory below. So the mount (fs/) binds the journal to the share
+ * itself, the first time, and checks that binding at every mount:
+ *   JNL_BIND_NONE    not bound yet (a new journal, or one from a ferryfs
+ *                    before binding)
+ *   JNL_BIND_MARKER  a marker on the share (.ferryfs/journal-<ident>)
+ *   JNL_BIND_ROOT    the share's root could not be written: its identity
+ *                    (dev, ino as the remote's stat gives them) is kept
+ * jnl_bind_get() never fails on a journal that opened; jnl_bind_set()
+ * returns once the binding is durable (-EIO, -ENOSPC).
+ */
+enum jnl_bind_kind {
+	JNL_BIND_NONE = 0,
+	JNL_BIND_MARKER = 1,
+	JNL_BIND_ROOT = 2,
+};
+
+struct jnl_bind {
+	uint32_t kind; /* enum jnl_bind_kind */
+	uint32_t pad;
+	uint64_t dev, ino; /* JNL_BIND_ROOT */
+	uint64_t nonce;    /* JNL_BIND_MARKER: random, in the marker too, so
+			      that a share the journal left (-o adopt of
+			      another) no longer counts */
+};
+
+int jnl_bind_get(struct jnl *j, struct jnl_bind *out);
+int jnl_bind_set(struct jnl *j, const struct jnl_bind *b);
 /* Make every change so far durable (group commit now: fdatasync the
  * staging files with marks, commit the batch, sync LMDB). Errors: -ENOSPC
  * (the marks stay pending and are retried; namespace changes were

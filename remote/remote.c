@@ -283,11 +283,37 @@ const char *rmt_id(const struct rmt *r)
 	return r->id;
 }
 
+/* Set while rmt_marker_*() calls through the public functions (the
+ * decorators pass a call on in the same thread): RMT_RESERVED may be
+ * reached then only. */
+static _Thread_local bool marker_call;
+
+static bool reserved(const char *path)
+{
+	size_t n = sizeof(RMT_RESERVED) - 1;
+
+	return !marker_call && !strncmp(path, RMT_RESERVED, n) &&
+	       (path[n] == 0 || path[n] == '/');
+}
+
+/* A path to look at or remove: a reserved one is not there. */
 #define CHECK(path)                                   \
 	do {                                          \
 		int check_rc_ = rmt_path_check(path); \
 		if (check_rc_ < 0)                    \
 			return check_rc_;             \
+		if (reserved(path))                   \
+			return -ENOENT;               \
+	} while (0)
+
+/* A path to make: a reserved one is refused. */
+#define CHECK_NEW(path)                               \
+	do {                                          \
+		int check_rc_ = rmt_path_check(path); \
+		if (check_rc_ < 0)                    \
+			return check_rc_;             \
+		if (reserved(path))                   \
+			return -EPERM;                \
 	} while (0)
 
 int rmt_stat(struct rmt *r, const char *path, struct stat *st)
@@ -308,10 +334,26 @@ int rmt_statfs(struct rmt *r, struct statvfs *sv)
 	return r->ops->statfs(r, sv);
 }
 
+struct hide {
+	rmt_dirent_fn fn;
+	void *arg;
+};
+
+static int hide_reserved(const char *name, const struct stat *st, void *arg)
+{
+	const struct hide *h = arg;
+
+	return strcmp(name, RMT_RESERVED) ? h->fn(name, st, h->arg) : 0;
+}
+
 int rmt_readdir(struct rmt *r, const char *path, rmt_dirent_fn fn, void *arg)
 {
+	struct hide h = { fn, arg };
+
 	CHECK(path);
 	OP(r);
+	if (!*path && !marker_call)
+		return r->ops->readdir(r, path, hide_reserved, &h);
 	return r->ops->readdir(r, path, fn, arg);
 }
 
@@ -365,7 +407,7 @@ void rmt_listing_release(struct rmt_listing *l)
 
 int rmt_mkdir(struct rmt *r, const char *path, mode_t mode)
 {
-	CHECK(path);
+	CHECK_NEW(path);
 	if (!*path)
 		return -EEXIST;
 	OP(r);
@@ -401,7 +443,7 @@ int rmt_unlink(struct rmt *r, const char *path)
 
 int rmt_mknod(struct rmt *r, const char *path, mode_t mode, dev_t rdev)
 {
-	CHECK(path);
+	CHECK_NEW(path);
 	if (!*path)
 		return -EEXIST;
 	if (!S_ISFIFO(mode) && !S_ISSOCK(mode))
@@ -412,7 +454,7 @@ int rmt_mknod(struct rmt *r, const char *path, mode_t mode, dev_t rdev)
 
 int rmt_symlink(struct rmt *r, const char *target, const char *path)
 {
-	CHECK(path);
+	CHECK_NEW(path);
 	if (!*path)
 		return -EEXIST;
 	if (!target || !*target)
@@ -433,7 +475,7 @@ int rmt_readlink(struct rmt *r, const char *path, char *buf, size_t size)
 int rmt_link(struct rmt *r, const char *from, const char *to)
 {
 	CHECK(from);
-	CHECK(to);
+	CHECK_NEW(to);
 	if (!*to)
 		return -EEXIST;
 	if (!*from)
@@ -446,7 +488,7 @@ int rmt_rename(struct rmt *r, const char *from, const char *to,
 	       unsigned int flags)
 {
 	CHECK(from);
-	CHECK(to);
+	CHECK_NEW(to);
 	if (!*from || !*to)
 		return -EBUSY;
 	if (flags & ~(unsigned int)(RMT_RENAME_NOREPLACE | RMT_RENAME_EXCHANGE))
@@ -512,11 +554,65 @@ int rmt_file_open(struct rmt *r, const char *path, int flags, mode_t mode,
 		  struct rmt_file **out)
 {
 	*out = NULL;
-	CHECK(path);
+	if (flags & O_CREAT)
+		CHECK_NEW(path);
+	else
+		CHECK(path);
 	if (!*path)
 		return -EISDIR;
 	OP(r);
 	return r->ops->file_open(r, path, flags, mode, out);
+}
+
+ssize_t rmt_marker_get(struct rmt *r, const char *name, char *buf,
+		       size_t size)
+{
+	char path[NAME_MAX + sizeof(RMT_RESERVED) + 2];
+	struct rmt_file *f;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "%s/%s", RMT_RESERVED, name);
+	marker_call = true;
+	n = rmt_file_open(r, path, O_RDONLY, 0, &f);
+	if (!n) {
+		n = rmt_file_pread_all(f, buf, size, 0);
+		rmt_file_close(f);
+	}
+	marker_call = false;
+	return n;
+}
+
+int rmt_marker_put(struct rmt *r, const char *name, const char *text)
+{
+	char path[NAME_MAX + sizeof(RMT_RESERVED) + 2];
+	size_t len = strlen(text);
+	struct rmt_file *f;
+	ssize_t n;
+	int rc, rc2;
+
+	snprintf(path, sizeof(path), "%s/%s", RMT_RESERVED, name);
+	marker_call = true;
+	rc = rmt_mkdir(r, RMT_RESERVED, 0755);
+	if (rc == -EEXIST)
+		rc = 0;
+	if (!rc)
+		rc = rmt_file_open(r, path, O_WRONLY | O_CREAT | O_TRUNC, 0644,
+				   &f);
+	if (!rc) {
+		n = rmt_file_pwrite(f, text, len, 0);
+		rc = n < 0 ? (int)n : (size_t)n != len ? -EIO : 0;
+		if (!rc)
+			rc = rmt_file_fsync(f, false);
+		rc2 = rmt_file_close(f);
+		if (!rc)
+			rc = rc2;
+	}
+	if (!rc)
+		rc = rmt_syncdir(r, RMT_RESERVED);
+	if (!rc)
+		rc = rmt_syncdir(r, "");
+	marker_call = false;
+	return rc;
 }
 
 int rmt_file_close(struct rmt_file *f)

@@ -223,8 +223,28 @@ int rmt_name_check(struct rmt *r, const char *name);
 int rmt_stat(struct rmt *r, const char *path, struct stat *st);
 int rmt_statfs(struct rmt *r, struct statvfs *sv);
 
-/* Enumerate the directory at path (see rmt_dirent_fn). */
+/* Enumerate the directory at path (see rmt_dirent_fn). The share's root
+ * never lists RMT_RESERVED. */
 int rmt_readdir(struct rmt *r, const char *path, rmt_dirent_fn fn, void *arg);
+
+/*
+ * The name ferryfs keeps at the root of a share for itself: a directory
+ * with a marker per journal bound to the share (fs/bind.c). It is hidden
+ * from every caller: rmt_readdir() of the root skips it, and every call
+ * on it or below it answers -ENOENT, or -EPERM for a call that would make
+ * it (mkdir, create, the target of a rename or link). Only the two
+ * functions below reach it.
+ */
+#define RMT_RESERVED ".ferryfs"
+
+/* Read the marker RMT_RESERVED/@name into @buf (at most @size bytes).
+ * Returns its length; -ENOENT if there is none. */
+ssize_t rmt_marker_get(struct rmt *r, const char *name, char *buf,
+		       size_t size);
+/* Write @text as the marker RMT_RESERVED/@name (the directory made if
+ * missing), synced with its directory. -EACCES, -EROFS, -EPERM: the share
+ * cannot be written there. */
+int rmt_marker_put(struct rmt *r, const char *name, const char *text);
 
 /* A directory listing held in memory (a snapshot): see rmt_list(). */
 struct rmt_dirent {
