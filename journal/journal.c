@@ -135,8 +135,11 @@
  *     the log durably: an ack (jnl_op_ack(), or a jnl_op_fail() that
  *     gives an op up) deletes the op in the open batch and keeps a copy
  *     in j->acked, which jnl_ops_ready() scans as still pending, until a
- *     commit_pending() sync covers that batch (jnl_acked_purge(), which
- *     then wakes the flusher; a hungry flusher hurries that commit). So
+ *     sync covers that batch: the next batch commit's fdatasync (LMDB
+ *     writes the meta page of a commit unsynced, MDB_NOMETASYNC, and the
+ *     next commit's fdatasync of the same file covers it), or the sync
+ *     after a commit_pending() (jnl_acked_purge(), which then wakes the
+ *     flusher; a hungry flusher hurries that commit). So
  *     after a crash no older op replays over a newer one's effect on the
  *     remote: whatever the remote saw of a dependent op, the journal has
  *     the ack it came after.
@@ -696,7 +699,7 @@ int jnl_wtx_commit(struct jnl_wtx *w)
 int jnl_batch_commit(struct jnl *j)
 {
 	struct jnl_meta_rec m;
-	bool wake;
+	bool wake, freed;
 	int rc;
 
 	pthread_mutex_lock(&j->lock);
@@ -721,13 +724,17 @@ int jnl_batch_commit(struct jnl *j)
 	if (rc)
 		return rc;
 	j->durable_seq = m.next_seq;
+	/* this commit's fdatasync made the batches before it durable, meta
+	 * page and all (MDB_NOMETASYNC writes it through the same file):
+	 * the acks in them no longer hold anything back (invariant 18) */
+	freed = j->acked.n && jnl_acked_purge(j, j->batch_gen, false);
 	j->batch_gen++;
 	/* what the batch cleaned up may go once the commit is synced */
 	for (size_t i = 0; i < j->gc_new.n; i++)
 		if (gc_add(&j->gc_due, &j->gc_new.e[i]))
 			break; /* no memory: the bytes stay (harmless) */
 	j->gc_new.n = 0;
-	wake = j->wake_pending;
+	wake = j->wake_pending || freed;
 	j->wake_pending = false;
 	rc = batch_get(j);
 	pthread_mutex_lock(&j->lock);
