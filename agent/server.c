@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "crash.h"
 #include "server.h"
 
 #define HANDLES_MAX 256
@@ -353,6 +354,7 @@ static int write_chunk(int fd, const uint8_t *p, size_t n, off_t off,
 	}
 	if (!rc && n > head && all_zero(p + n - 1, 1))
 		rc = write_all(fd, p + n - 1, 1, off + (off_t)n - 1);
+	CRASH_POINT("agent_before_sync"); /* written, not synced */
 	return rc || !sync ? rc : sys_rc(fdatasync(fd));
 }
 
@@ -682,6 +684,7 @@ static int do_batch(struct conn *k, const uint8_t *p, size_t len)
 	for (uint32_t i = 0; i < n; i++) {
 		if (sync_fd[i] < 0)
 			continue;
+		CRASH_POINT("agent_before_sync");
 		if (rc >= 0 && !st[i])
 			st[i] = sys_rc(fdatasync(sync_fd[i]));
 		close(sync_fd[i]);

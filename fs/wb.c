@@ -1500,7 +1500,14 @@ static void wb_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 	int rc;
 
 	if (!h->id) {
-		fs_wt_ops.fsync(req, ino, datasync, fi);
+		/* a file the journal does not hold: the namespace changes
+		 * made so far are durable all the same (journal.c,
+		 * DURABILITY), then the share's own fsync */
+		rc = jnl_fsync_node(fs->jnl, JNL_ROOT);
+		if (rc)
+			fuse_reply_err(req, -rc);
+		else
+			fs_wt_ops.fsync(req, ino, datasync, fi);
 		return;
 	}
 	rc = h->pt ? fs_pt_mark(fs, h->id) : 0;
@@ -1727,7 +1734,11 @@ static void wb_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
 	int rc;
 
 	if (!id) {
-		fs_wt_ops.fsyncdir(req, ino, datasync, fi);
+		rc = jnl_fsync_node(fs->jnl, JNL_ROOT); /* as wb_fsync() */
+		if (rc)
+			fuse_reply_err(req, -rc);
+		else
+			fs_wt_ops.fsyncdir(req, ino, datasync, fi);
 		return;
 	}
 	rc = jnl_fsync_node(fs->jnl, id);

@@ -42,6 +42,7 @@
 #include <stdlib.h>
 #include <sys/statvfs.h>
 
+#include "crash.h"
 #include "journal_i.h"
 #include "log.h"
 #include "sys.h"
@@ -1159,6 +1160,7 @@ again:
 	rc = buf ? jnl_fd_get(j, id, true, &fd) : 0;
 	if (!rc && buf) {
 		w = sys_pwrite_all(fd, buf, len, off);
+		CRASH_POINT("staging_written"); /* no mark yet */
 		if (w > 0)
 			writeback_start(j, fd, off, len);
 		jnl_fd_put(j, id, fd);

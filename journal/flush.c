@@ -128,6 +128,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "crash.h"
 #include "journal_i.h"
 #include "log.h"
 #include "remote.h"
@@ -1319,6 +1320,7 @@ static void send_chunk(struct stream *s, const struct jnl_chunk_ref *c)
 	s->path[0] = 0;
 
 	rc = chunk_write(s, &cur, sha, &sent, &fault);
+	CRASH_POINT("chunk_sent"); /* written, not released */
 	prep_take(s);
 	owed_settle(s); /* the helper was not asked: no overlap to lose */
 	if (!rc && s->pre.ready) { /* the helper releases it next time */
@@ -2106,6 +2108,7 @@ static void replay(struct stream *s, const struct jnl_op *op)
 		ns_enter(f);
 	rc = replay_op(s, op, &fault);
 	if (!rc) {
+		CRASH_POINT("op_before_ack"); /* on the remote, not acked */
 		rc = jnl_op_ack(f->j, op->seq);
 		fault = F_JOURNAL;
 	}
@@ -2195,6 +2198,7 @@ static void replay_batch_part(struct stream *s, struct jnl_op *ops, int n,
 	for (int i = 0; i < n; i++) {
 		redo[i] = groups != n || rc[i] || grc[i];
 		if (!redo[i]) {
+			CRASH_POINT("op_before_ack");
 			rc[i] = jnl_op_ack(f->j, ops[i].seq);
 			fault[i] = F_JOURNAL;
 		}

@@ -303,6 +303,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "crash.h"
 #include "journal_i.h"
 #include "log.h"
 #include "sys.h"
@@ -712,6 +713,7 @@ int jnl_batch_commit(struct jnl *j)
 		return jnl_fail(j, -EIO);
 	rc = meta_get(j, j->txn, &m);
 	if (!rc) {
+		CRASH_POINT("batch_commit"); /* the batch is lost */
 		rc = mdb_txn_commit(j->txn);
 		j->txn = NULL;
 		if (rc) {
@@ -1858,6 +1860,7 @@ static int open_env(struct jnl *j, bool creating, unsigned int flags,
 			w.m.next_id += JNL_ID_GAP;
 			w.m_dirty = true;
 			rc = jnl_chunks_recover(&w, &j->resent_bytes);
+			CRASH_POINT("jnl_recover"); /* recovery not committed */
 			if (rc)
 				set_errmsg("cannot recover journal '%s': %s",
 					   j->dir, strerror(-rc));

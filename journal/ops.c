@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "crash.h"
 #include "journal_i.h"
 #include "log.h"
 
@@ -824,6 +825,7 @@ static int op_end(struct jnl *j, uint64_t seq, bool ack, bool fatal)
 	rc = jnl_wtx_commit(&w);
 	if (rc)
 		goto out_free;
+	CRASH_POINT("op_acked"); /* acked in the batch, not committed */
 out_unhand:
 	pthread_mutex_lock(&j->lock);
 	jnl_u64set_del(&j->handed, seq);
