@@ -11,7 +11,8 @@
  * Protocol: the client connects, writes one command line ("status",
  * "flush", "pause", "resume"), and reads one reply: a JSON
  * object and a newline, then the server closes. Every reply has "ok" (true
- * or false) and, when false, "error".
+ * or false) and, when false, "error". Replies are made by status.c's
+ * writers and have no size bound (the status of 64 streams is ~20 KB).
  *
  * Invariants:
  *  1. Only the daemon's owner and root get an answer (SO_PEERCRED); anyone
@@ -40,6 +41,8 @@
 
 #include "fs_i.h"
 #include "log.h"
+
+#define FS_CTL_REPLY_MAX (16u << 20) /* a client reads no more */
 
 struct fs_ctl {
 	int fd;                 /* listening socket; immutable */
@@ -158,41 +161,47 @@ static int read_line(int fd, char *buf, size_t size)
 	return (int)n;
 }
 
+static int write_all(int fd, const char *p, size_t len)
+{
+	while (len) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
 static void serve_one(struct fs_ctl *c, int cfd)
 {
 	struct timeval tmo = { .tv_sec = 5 };
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
-	char cmd[128], reply[8192];
-	ssize_t off = 0, n;
+	char cmd[128], *reply = NULL;
 	int rc;
 
 	/* invariant 1 */
 	if (getsockopt(cfd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
 	    (cred.uid != 0 && cred.uid != geteuid()))
 		return;
-	/* a client that says nothing does not hold the socket forever */
+	/* a client that says nothing (or reads nothing) does not hold the
+	 * socket forever */
 	setsockopt(cfd, SOL_SOCKET, SO_RCVTIMEO, &tmo, sizeof(tmo));
+	setsockopt(cfd, SOL_SOCKET, SO_SNDTIMEO, &tmo, sizeof(tmo));
 	if (read_line(cfd, cmd, sizeof(cmd)) <= 0)
 		return;
-	rc = c->handler(c->arg, cmd, reply, sizeof(reply));
+	rc = c->handler(c->arg, cmd, &reply);
 	if (rc < 0)
-		snprintf(reply, sizeof(reply),
-			 "{\"ok\": false, \"error\": \"%s\"}", strerror(-rc));
-	len = (socklen_t)strlen(reply);
-	if (len + 1 < sizeof(reply)) {
-		reply[len] = '\n';
-		reply[len + 1] = '\0';
-		len++;
-	}
-	while (off < (ssize_t)len) {
-		n = write(cfd, reply + off, (size_t)len - (size_t)off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return;
-		off += n;
-	}
+		reply = fs_reply_error(strerror(-rc));
+	if (!reply)
+		return; /* out of memory: closed without a reply */
+	if (write_all(cfd, reply, strlen(reply)) == 0)
+		(void)write_all(cfd, "\n", 1);
+	free(reply);
 }
 
 static void *ctl_main(void *arg)
@@ -292,13 +301,62 @@ void fs_ctl_stop(struct fs_ctl *c)
 	free(c);
 }
 
-int fs_ctl_call(const char *mountpoint, const char *cmd, char *reply,
-		size_t size)
+/* The reply: up to its newline or the end of the stream, any length
+ * (FS_CTL_REPLY_MAX at most); caller owns *out. */
+static int read_reply(int fd, char **out)
+{
+	size_t n = 0, cap = 8192;
+	char *buf = malloc(cap), *b;
+
+	*out = NULL;
+	if (!buf)
+		return -ENOMEM;
+	for (;;) {
+		ssize_t r;
+
+		if (cap - n < 4096) {
+			if (cap >= FS_CTL_REPLY_MAX) {
+				free(buf);
+				return -EMSGSIZE;
+			}
+			b = realloc(buf, cap * 2);
+			if (!b) {
+				free(buf);
+				return -ENOMEM;
+			}
+			buf = b;
+			cap *= 2;
+		}
+		r = read(fd, buf + n, cap - 1 - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			int rc = -errno;
+
+			free(buf);
+			return rc;
+		}
+		if (r == 0)
+			break;
+		if (memchr(buf + n, '\n', (size_t)r)) {
+			n += (size_t)r;
+			break;
+		}
+		n += (size_t)r;
+	}
+	buf[n] = '\0';
+	buf[strcspn(buf, "\r\n")] = '\0';
+	*out = buf;
+	return (int)(n > INT32_MAX ? INT32_MAX : n);
+}
+
+int fs_ctl_call(const char *mountpoint, const char *cmd, char **reply)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	char line[128], *abs = realpath(mountpoint, NULL);
 	int fd, rc;
 
+	*reply = NULL;
 	if (!abs)
 		return -errno;
 	rc = ctl_path(abs, false, 0, sa.sun_path, sizeof(sa.sun_path));
@@ -326,9 +384,12 @@ int fs_ctl_call(const char *mountpoint, const char *cmd, char *reply,
 		rc = -EIO;
 		goto out_close;
 	}
-	rc = read_line(fd, reply, size);
-	if (rc == 0)
+	rc = read_reply(fd, reply);
+	if (rc == 0) {
 		rc = -EACCES; /* closed without a reply: not ours to ask */
+		free(*reply);
+		*reply = NULL;
+	}
 out_close:
 	close(fd);
 	return rc < 0 ? rc : 0;
