@@ -267,14 +267,18 @@ struct fs_ctl;
 typedef int (*fs_ctl_handler)(void *arg, const char *cmd, char **reply);
 
 /* Listen for the mount at the absolute, symlink-free path @mountpoint
- * (call once it is mounted). Caller owns *out; stop with fs_ctl_stop(). */
+ * (call once it is mounted), in a directory that is the daemon's own
+ * (ctl.c, invariant 4). Caller owns *out; stop with fs_ctl_stop(). On
+ * error @why (@wsize bytes) says why in one line: the directory is a
+ * symlink, another user's (-EPERM), writable by others (-EPERM)... */
 int fs_ctl_start(const char *mountpoint, fs_ctl_handler handler, void *arg,
-		 struct fs_ctl **out);
+		 struct fs_ctl **out, char *why, size_t wsize);
 void fs_ctl_stop(struct fs_ctl *c);
 /* Client: send @cmd to the mount at @mountpoint and read its one-line
  * reply, of any length; caller owns *reply (free()). Errors: -ENOENT
  * (nothing mounted there), -ECONNREFUSED (no ferryfs daemon listening),
- * -EACCES (not ours to ask), -ENOMEM. */
+ * -EACCES (not ours to ask), -EPERM (the socket is answered by another
+ * user than the mount's owner or root: not believed), -ENOMEM. */
 int fs_ctl_call(const char *mountpoint, const char *cmd, char **reply);
 /* The device number of the topmost mount at the absolute path @mnt (from
  * /proc/self/mountinfo). Errors: -ENOENT. */

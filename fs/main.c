@@ -209,6 +209,9 @@ static int reach_err(const char *mnt, int rc)
 		mnt,
 		rc == -ENOENT || rc == -ECONNREFUSED ? "not a ferryfs mount"
 		: rc == -EPROTO ? "its reply is not JSON"
+		: rc == -EPERM	? "its control socket is answered by another "
+				  "user than the mount's owner or root: not "
+				  "believed"
 				: strerror(-rc));
 	return 1;
 }

@@ -1542,11 +1542,14 @@ int fs_run(struct fuse_args *args, const struct fs_opts *o)
 	fs_cache_start(&fs);
 	if (fs.mnt_abs) {
 		/* after the fork of daemonize: threads do not survive it */
-		rc = fs_ctl_start(fs.mnt_abs, ctl_handle, &fs, &fs.ctl);
+		char why[PATH_MAX + 128];
+
+		rc = fs_ctl_start(fs.mnt_abs, ctl_handle, &fs, &fs.ctl, why,
+				  sizeof(why));
 		if (rc < 0)
 			LOG_WARN("no control socket for '%s' (ferryfs status "
 				 "will not reach it): %s",
-				 fs.mnt_abs, strerror(-rc));
+				 fs.mnt_abs, why);
 	}
 	if (o->single_thread) {
 		rc = fuse_session_loop(se);
