@@ -155,34 +155,42 @@ static int ctl_dir_open(const char *dir, char *why, size_t wsize)
 			 S_ISLNK(lst.st_mode) ? "a symlink" : "not a directory");
 		return S_ISLNK(lst.st_mode) ? -ELOOP : -ENOTDIR;
 	}
-	fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0) {
-		int rc = -errno;
+	/* owner and mode told apart before the open, which another's
+	 * 0700 directory would refuse as just "Permission denied" */
+	st = lst;
+	fd = -1;
+	if (st.st_uid == uid && !(st.st_mode & 022)) {
+		fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0) {
+			int rc = -errno;
 
-		snprintf(why, wsize, "cannot open '%s': %s", dir,
-			 strerror(-rc));
-		return rc;
-	}
-	if (fstat(fd, &st) < 0 || st.st_dev != lst.st_dev ||
-	    st.st_ino != lst.st_ino) {
-		snprintf(why, wsize, "'%s' changed while it was checked: "
-				     "refused", dir);
-		close(fd);
-		return -EAGAIN;
+			snprintf(why, wsize, "cannot open '%s': %s", dir,
+				 strerror(-rc));
+			return rc;
+		}
+		if (fstat(fd, &st) < 0 || st.st_dev != lst.st_dev ||
+		    st.st_ino != lst.st_ino) {
+			snprintf(why, wsize, "'%s' changed while it was "
+					     "checked: refused", dir);
+			close(fd);
+			return -EAGAIN;
+		}
 	}
 	if (st.st_uid != uid) {
 		snprintf(why, wsize, "'%s' is owned by uid %u, not by uid %u: "
 				     "refused (another user may answer for "
 				     "this mount; remove it)",
 			 dir, (unsigned)st.st_uid, (unsigned)uid);
-		close(fd);
+		if (fd >= 0)
+			close(fd);
 		return -EPERM;
 	}
 	if (st.st_mode & 022) {
 		snprintf(why, wsize, "'%s' may be written by others (mode "
 				     "%04o): refused (remove it)",
 			 dir, (unsigned)(st.st_mode & 07777));
-		close(fd);
+		if (fd >= 0)
+			close(fd);
 		return -EPERM;
 	}
 	if ((st.st_mode & 07777) != 0700 && fchmod(fd, 0700) < 0) {
