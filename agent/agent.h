@@ -235,8 +235,13 @@ int agent_recv(struct agent_conn *c, uint16_t *type, const uint8_t **p,
 	       size_t *len);
 
 /* The tag of a frame (exposed for the unit tests): over the payload, or
- * for a DATA frame over the payload's SHA-256. */
-void agent_frame_tag(const uint8_t kmac[32], char dir, const uint8_t *hdr,
-		     const uint8_t *payload, size_t len, uint8_t tag[32]);
+ * for a DATA frame over the payload's SHA-256. Returns 0, or -ENOMEM when
+ * it cannot be computed (then @tag is not a tag). */
+int agent_frame_tag(const uint8_t kmac[32], char dir, const uint8_t *hdr,
+		    const uint8_t *payload, size_t len, uint8_t tag[32]);
+
+/* Test hook: while set, every HMAC computation fails as it does out of
+ * memory (-ENOMEM). */
+extern bool agent_test_fail_hmac;
 
 #endif

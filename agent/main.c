@@ -7,11 +7,13 @@
  * Runs in the foreground and logs to stderr (a systemd unit or a
  * supervisor keeps it: examples/ferry-agent.service).
  */
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "server.h"
 
@@ -21,6 +23,21 @@ static void usage(FILE *f)
 		   "--key-file FILE [--encrypt] [--max-conns N]\n"
 		   "  serves DIR to ferryfs mounts that flush through it "
 		   "(-o agent=HOST:PORT,agent_key=FILE)\n");
+}
+
+/* Each stream is a connection and each file it writes an fd: the soft
+ * limit (often 1024) is raised to the hard one, as far as allowed. */
+static void nofile_raise(void)
+{
+	struct rlimit r;
+
+	if (getrlimit(RLIMIT_NOFILE, &r) || r.rlim_cur >= r.rlim_max)
+		return;
+	r.rlim_cur = r.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &r))
+		fprintf(stderr, "ferry-agent: cannot raise the limit of open "
+				"files to %llu: %s\n",
+			(unsigned long long)r.rlim_max, strerror(errno));
 }
 
 int main(int argc, char **argv)
@@ -68,6 +85,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
+	nofile_raise();
 	rc = agent_server_new(&cfg, &s);
 	if (rc)
 		return 1;

@@ -467,6 +467,8 @@ out:
 
 /* --- crypto ---------------------------------------------------------------- */
 
+bool agent_test_fail_hmac;
+
 /* HMAC-SHA256 of the concatenation of @n parts. */
 static int hmac(const uint8_t *key, size_t klen, const void *const *part,
 		const size_t *plen, int n, uint8_t out[32])
@@ -480,7 +482,8 @@ static int hmac(const uint8_t *key, size_t klen, const void *const *part,
 	params[0] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST,
 						     (char *)"SHA256", 0);
 	params[1] = OSSL_PARAM_construct_end();
-	ok = ctx && EVP_MAC_init(ctx, key, klen, params);
+	ok = ctx && !agent_test_fail_hmac &&
+	     EVP_MAC_init(ctx, key, klen, params);
 	for (int i = 0; ok && i < n; i++)
 		ok = EVP_MAC_update(ctx, part[i], plen[i]);
 	ok = ok && EVP_MAC_final(ctx, out, &olen, 32) && olen == 32;
@@ -494,19 +497,21 @@ static bool is_data(const uint8_t *hdr)
 	return (hdr[4] | hdr[5] << 8) == AGENT_T_DATA;
 }
 
-/* The tag of a DATA frame from the SHA-256 @d of its payload as sent. */
-static void data_tag(const uint8_t kmac[32], char dir, const uint8_t *hdr,
-		     const uint8_t d[32], uint8_t tag[32])
+/* The tag of a DATA frame from the SHA-256 @d of its payload as sent.
+ * -ENOMEM if the HMAC fails: then @tag is nothing to compare with. */
+static int data_tag(const uint8_t kmac[32], char dir, const uint8_t *hdr,
+		    const uint8_t d[32], uint8_t tag[32])
 {
 	const void *part[3] = { &dir, hdr, d };
 	size_t plen[3] = { 1, AGENT_HDR, 32 };
 
-	if (hmac(kmac, 32, part, plen, 3, tag))
-		memset(tag, 0, 32); /* never matches (below) */
+	return hmac(kmac, 32, part, plen, 3, tag);
 }
 
 /* The tag of a received frame; of a DATA frame over the payload's
- * SHA-256, which goes to @d. -ENOMEM if that digest fails. */
+ * SHA-256, which goes to @d. -ENOMEM if the digest or the HMAC fails:
+ * the frame must then be refused (invariant 1), never compared with a
+ * tag left at zeros, which a frame carrying zeros would match. */
 static int frame_tag(const uint8_t kmac[32], char dir, const uint8_t *hdr,
 		     const uint8_t *payload, size_t len, uint8_t tag[32],
 		     uint8_t d[32])
@@ -517,22 +522,17 @@ static int frame_tag(const uint8_t kmac[32], char dir, const uint8_t *hdr,
 	if (is_data(hdr)) {
 		if (!EVP_Digest(payload, len, d, NULL, EVP_sha256(), NULL))
 			return -ENOMEM;
-		data_tag(kmac, dir, hdr, d, tag);
-		return 0;
+		return data_tag(kmac, dir, hdr, d, tag);
 	}
-	if (hmac(kmac, 32, part, plen, 3, tag))
-		memset(tag, 0, 32); /* never matches a real tag's check:
-				       the peer's tag is compared, ours too */
-	return 0;
+	return hmac(kmac, 32, part, plen, 3, tag);
 }
 
-void agent_frame_tag(const uint8_t kmac[32], char dir, const uint8_t *hdr,
-		     const uint8_t *payload, size_t len, uint8_t tag[32])
+int agent_frame_tag(const uint8_t kmac[32], char dir, const uint8_t *hdr,
+		    const uint8_t *payload, size_t len, uint8_t tag[32])
 {
 	uint8_t d[32];
 
-	if (frame_tag(kmac, dir, hdr, payload, len, tag, d))
-		memset(tag, 0, 32);
+	return frame_tag(kmac, dir, hdr, payload, len, tag, d);
 }
 
 /* AES-256-CTR of @n bytes in place; the IV is seq and direction. */
@@ -886,7 +886,7 @@ static int send_frame(struct agent_conn *c, uint16_t type, const void *p1,
 		}
 		EVP_MD_CTX_free(x);
 		if (!rc)
-			data_tag(c->kmac, dir, hdr, d, tag);
+			rc = data_tag(c->kmac, dir, hdr, d, tag);
 	} else {
 		rc = hmac(c->kmac, 32, part, plen, 4, tag);
 	}

@@ -21,6 +21,16 @@
  * not follow it (chmod goes through an O_PATH fd of the object itself).
  * Paths are also checked by the parser (clean, relative) first.
  *
+ * FILE DESCRIPTORS: main.c raises the soft RLIMIT_NOFILE to the hard one.
+ * Out of them all the same (EMFILE/ENFILE at accept), the listener would
+ * stay readable and accept() fail at once, for ever: a spin at 100% CPU.
+ * So the server keeps one spare fd (/dev/null); then it closes it,
+ * accepts the waiting connection, closes that at once (the peer sees its
+ * connection closed, as when max_conns are served) and takes the spare
+ * back; if it cannot, it sleeps SHED_SLEEP_MS between tries
+ * (shed_one()). Either way a connection that ends gives its fd back and
+ * the next accept() works again.
+ *
  * Errors: a request that fails gets its -errno in the reply; a malformed
  * frame gets -EPROTO and the connection is closed; a frame with a bad tag
  * or seq closes it at once. Nothing of a peer's input can crash it.
@@ -29,6 +39,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <linux/openat2.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -44,6 +55,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent.h"
@@ -51,6 +63,8 @@
 #include "server.h"
 
 #define HANDLES_MAX 256
+#define SHED_SLEEP_MS 100   /* out of fds and no spare: between accepts */
+#define SHED_LOG_S 10       /* at most one "out of fds" line in that time */
 
 /* One line on stderr in one write: connections' threads log at once (a
  * format and its newline written apart mixed two lines into one). */
@@ -91,6 +105,10 @@ struct conn {
 struct agent_server {
 	int root;
 	int lfd;                /* -1: none (agent_server_serve_fd() only) */
+	int spare;              /* /dev/null kept for shed_one(), or -1; used
+				   by agent_server_run()'s thread only */
+	unsigned long long shed; /* connections closed for want of an fd */
+	time_t shed_logged;     /* when shed_one() last logged */
 	bool encrypt;
 	struct agent_key key;
 	unsigned int max_conns;
@@ -861,6 +879,7 @@ int agent_server_new(const struct agent_server_config *cfg,
 	pthread_cond_init(&s->gone, NULL);
 	s->lfd = -1;
 	s->root = -1;
+	s->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	s->encrypt = cfg->encrypt;
 	s->max_conns = cfg->max_conns ? cfg->max_conns : 64;
 	rc = agent_key_load(cfg->key_file, &s->key);
@@ -905,6 +924,38 @@ fail:
 	return rc;
 }
 
+/* accept() failed with EMFILE or ENFILE: take the waiting connection off
+ * the queue with the spare fd and close it, or wait a little; see "FILE
+ * DESCRIPTORS" above. */
+static void shed_one(struct agent_server *s, int err)
+{
+	time_t now = time(NULL);
+	int fd;
+
+	if (s->spare >= 0) {
+		close(s->spare);
+		s->spare = -1;
+		fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd >= 0) {
+			close(fd);
+			s->shed++;
+		}
+		s->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	}
+	if (s->spare < 0)
+		(void)poll(NULL, 0, SHED_SLEEP_MS);
+	if (now - s->shed_logged >= SHED_LOG_S) {
+		unsigned int n;
+
+		pthread_mutex_lock(&s->lock);
+		n = s->nconns;
+		pthread_mutex_unlock(&s->lock);
+		s->shed_logged = now;
+		LOG("cannot accept: %s (%u connections served): %llu "
+		    "connections closed so far", strerror(err), n, s->shed);
+	}
+}
+
 int agent_server_run(struct agent_server *s)
 {
 	for (;;) {
@@ -918,8 +969,11 @@ int agent_server_run(struct agent_server *s)
 		struct conn *k;
 
 		if (fd < 0) {
-			if (errno == EINTR || errno == ECONNABORTED ||
-			    errno == EMFILE || errno == ENFILE)
+			if (errno == EMFILE || errno == ENFILE) {
+				shed_one(s, errno);
+				continue;
+			}
+			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
 			return -errno;
 		}
@@ -974,6 +1028,8 @@ void agent_server_free(struct agent_server *s)
 	pthread_mutex_destroy(&s->lock);
 	if (s->lfd >= 0)
 		close(s->lfd);
+	if (s->spare >= 0)
+		close(s->spare);
 	if (s->root >= 0)
 		close(s->root);
 	OPENSSL_cleanse(&s->key, sizeof(s->key));

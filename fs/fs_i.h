@@ -260,27 +260,94 @@ void fs_itab_cache_update(struct fs_itab *t, struct fs_inode *ino,
 
 struct fs_ctl;
 
-/* Answer one command line into @reply (a JSON object, no newline).
- * Runs on the control thread. Return 0, or -errno for a generic error. */
-typedef int (*fs_ctl_handler)(void *arg, const char *cmd, char *reply,
-			      size_t size);
+/* Answer one command line: *reply is a JSON object, no newline, from
+ * the fs_reply_*() or fs_status_json() writers (status.c); ctl.c frees
+ * it. Runs on the control thread. Return 0, or -errno for a generic
+ * error (then *reply is not set). */
+typedef int (*fs_ctl_handler)(void *arg, const char *cmd, char **reply);
 
 /* Listen for the mount at the absolute, symlink-free path @mountpoint
- * (call once it is mounted). Caller owns *out; stop with fs_ctl_stop(). */
+ * (call once it is mounted), in a directory that is the daemon's own
+ * (ctl.c, invariant 4). Caller owns *out; stop with fs_ctl_stop(). On
+ * error @why (@wsize bytes) says why in one line: the directory is a
+ * symlink, another user's (-EPERM), writable by others (-EPERM)... */
 int fs_ctl_start(const char *mountpoint, fs_ctl_handler handler, void *arg,
-		 struct fs_ctl **out);
+		 struct fs_ctl **out, char *why, size_t wsize);
 void fs_ctl_stop(struct fs_ctl *c);
 /* Client: send @cmd to the mount at @mountpoint and read its one-line
- * reply. Errors: -ENOENT (nothing mounted there), -ECONNREFUSED (no
- * ferryfs daemon listening), -EACCES (not ours to ask). */
-int fs_ctl_call(const char *mountpoint, const char *cmd, char *reply,
-		size_t size);
+ * reply, of any length; caller owns *reply (free()). Errors: -ENOENT
+ * (nothing mounted there), -ECONNREFUSED (no ferryfs daemon listening),
+ * -EACCES (not ours to ask), -EPERM (the socket is answered by another
+ * user than the mount's owner or root: not believed), -ENOMEM. */
+int fs_ctl_call(const char *mountpoint, const char *cmd, char **reply);
 /* The device number of the topmost mount at the absolute path @mnt (from
  * /proc/self/mountinfo). Errors: -ENOENT. */
 int fs_mount_dev(const char *mnt, unsigned int *maj, unsigned int *min);
 /* The mount points of every ferryfs mount this process sees; returns the
  * count (at most @max). */
 int fs_ctl_list(char mounts[][4096], int max);
+
+/* --- the status of a mount (status.c) ------------------------------- */
+
+/*
+ * What `ferryfs status` reports, filled by both modes (fs_status_get():
+ * ops.c for what they share and write-through, fs_wb_status() in wb.c,
+ * fs_cache_status() in read.c) and written as JSON by fs_status_json()
+ * only. Strings point into the daemon's state or are constants, valid
+ * while it runs; streams and conflict_paths are owned (free with
+ * fs_status_release()).
+ */
+struct fs_stream_status {
+	const char *state;   /* "idle", "flushing", "backoff", ... */
+	bool via_agent;      /* through the agent now, not the share */
+	uint64_t rate_bps, bytes, chunks, ops, errors, retries,
+		remote_bytes_written;
+	int last_error;      /* -errno, 0 if none */
+};
+
+struct fs_cache_status {
+	bool on;             /* false: off, @off says why */
+	const char *dir, *off;
+	uint64_t bytes, max_bytes, hits, misses;
+	unsigned int readahead_streams, readahead_pending;
+	uint64_t readahead_bytes, readahead_errors, app_read_bytes,
+		share_read_bytes;
+};
+
+struct fs_status {
+	const char *mountpoint, *remote, *mode;
+	const char *journal;      /* NULL in write-through mode */
+	uint64_t journal_id;
+	bool paused, drained, passthrough;
+	int failed;               /* the journal's sticky -errno, or 0 */
+	uint64_t pending_bytes, pending_files, pending_ops, uncommitted,
+		staging_bytes, rate_bps, retries, errors, failed_ops, parked,
+		conflicts, resent_bytes, flushed_bytes, write_waits,
+		passthrough_opens, passthrough_requests, remote_bytes_read,
+		remote_bytes_written, remote_ops;
+	unsigned int passthrough_files;
+	int64_t eta_s;            /* -1: unknown */
+	int64_t uptime_s;
+	unsigned int nstreams;
+	struct fs_stream_status *streams;  /* owned */
+	unsigned int nconflict_paths;
+	char **conflict_paths;    /* owned; the most recent first */
+	struct fs_cache_status cache;
+};
+
+struct fs;
+
+/* Fill *st (ops.c). Errors: -ENOMEM (nothing to release then). */
+int fs_status_get(struct fs *fs, struct fs_status *st);
+void fs_status_release(struct fs_status *st);
+/* The status reply, {"ok": true, ...}; NULL out of memory. Names are
+ * escaped; a name that is not UTF-8 has its bad bytes as U+FFFD. */
+char *fs_status_json(const struct fs_status *st);
+/* The other replies: {"ok": false, "error": @msg}; {"ok": true}; and
+ * that of "flush". NULL out of memory. */
+char *fs_reply_error(const char *msg);
+char *fs_reply_ok(void);
+char *fs_reply_flush(uint64_t pending_bytes, uint64_t pending_ops);
 
 /* --- the daemon's state, shared by ops.c and wb.c --------------------- */
 
@@ -380,7 +447,9 @@ void fs_wb_stop(struct fs *fs);
 /* the last ref of a write-back handle (h->id) went: the journal drops the
  * data of its node if that has no name left (jnl_node_close()) */
 void fs_wb_handle_gone(struct fs *fs, struct fs_handle *h);
-int fs_wb_ctl(struct fs *fs, const char *cmd, char *reply, size_t size);
+int fs_wb_ctl(struct fs *fs, const char *cmd, char **reply);
+/* The write-back part of *st (fs_status_get()). Errors: -ENOMEM. */
+int fs_wb_status(struct fs *fs, struct fs_status *st);
 
 /* read.c: remote reads through the cache (see there) */
 void fs_read_open(struct fs *fs, struct fs_handle *h, const char *rpath,
@@ -396,8 +465,8 @@ void fs_read_reply(struct fs *fs, struct fs_handle *h, struct fuse_req *req,
 int fs_cache_open(struct fs *fs);
 int fs_cache_start(struct fs *fs);
 void fs_cache_stop(struct fs *fs);
-/* The "cache": {...} member of the status reply; returns its length. */
-int fs_cache_status(struct fs *fs, char *buf, size_t size);
+/* The cache part of the status (fs_status_get()). */
+void fs_cache_status(struct fs *fs, struct fs_cache_status *cs);
 
 /* the largest FUSE write and read, and the st_blksize of files (ops.c) */
 #define FS_MAX_WRITE (1u << 20)

@@ -7,9 +7,12 @@
  *   ferryfs flush MOUNTPOINT [--wait]
  *   ferryfs pause|resume MOUNTPOINT
  *
- * One clear line on stderr and a non-zero exit for anything wrong.
+ * One clear line on stderr and a non-zero exit for anything wrong. The
+ * replies of the control socket are read with jansson (status.c writes
+ * them).
  */
 #include <errno.h>
+#include <jansson.h>
 #include <malloc.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -27,42 +30,60 @@
 
 #define MAX_MOUNTS 64
 
-/* The number after "key": in a flat JSON object, or -1. */
-static long long json_num(const char *json, const char *key)
+/* The replies of the control socket, read with jansson (status.c writes
+ * them): a number, a string, a boolean of an object, or -1, "", false
+ * when it has no such member. */
+static long long json_num(const json_t *o, const char *key)
 {
-	char pat[64];
-	const char *p;
+	const json_t *v = json_object_get(o, key);
 
-	snprintf(pat, sizeof(pat), "\"%s\": ", key);
-	p = strstr(json, pat);
-	return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
+	if (json_is_integer(v))
+		return (long long)json_integer_value(v);
+	return json_is_real(v) ? (long long)json_real_value(v) : -1;
 }
 
-/* The string after "key": (no escapes in our replies), or "". */
-static void json_str(const char *json, const char *key, char *out,
-		     size_t size)
+static const char *json_str(const json_t *o, const char *key)
 {
-	char pat[64];
-	const char *p, *end;
-	size_t n;
+	const char *v = json_string_value(json_object_get(o, key));
 
-	out[0] = '\0';
-	snprintf(pat, sizeof(pat), "\"%s\": \"", key);
-	p = strstr(json, pat);
-	if (!p)
-		return;
-	p += strlen(pat);
-	end = strchr(p, '"');
-	n = end ? (size_t)(end - p) : strlen(p);
-	if (n >= size)
-		n = size - 1;
-	memcpy(out, p, n);
-	out[n] = '\0';
+	return v ? v : "";
 }
 
-static bool json_ok(const char *json)
+static bool json_flag(const json_t *o, const char *key)
 {
-	return strstr(json, "\"ok\": true") != NULL;
+	return json_is_true(json_object_get(o, key));
+}
+
+static bool json_ok(const json_t *o)
+{
+	return json_flag(o, "ok");
+}
+
+/* Ask the mount at @mnt @cmd; *out is the reply parsed (caller owns it:
+ * json_decref()), *text (if not NULL) the reply as sent (free()).
+ * Errors: those of fs_ctl_call(), -EPROTO (not a JSON object). */
+static int call(const char *mnt, const char *cmd, json_t **out, char **text)
+{
+	char *reply;
+	int rc = fs_ctl_call(mnt, cmd, &reply);
+
+	*out = NULL;
+	if (text)
+		*text = NULL;
+	if (rc < 0)
+		return rc;
+	*out = json_loads(reply, 0, NULL);
+	if (!json_is_object(*out)) {
+		json_decref(*out);
+		*out = NULL;
+		free(reply);
+		return -EPROTO;
+	}
+	if (text)
+		*text = reply;
+	else
+		free(reply);
+	return 0;
 }
 
 static void human_bytes(long long b, char *out, size_t size)
@@ -79,81 +100,54 @@ static void human_bytes(long long b, char *out, size_t size)
 }
 
 /* The streams of a status reply: "state rate" per stream, one line. */
-static void print_streams(const char *reply)
+static void print_streams(const json_t *reply)
 {
-	const char *p = strstr(reply, "\"streams\": [");
-	char state[32], rate[32], via[16];
-	int i = 0;
+	const json_t *streams = json_object_get(reply, "streams"), *s;
+	char rate[32];
+	size_t i;
 
-	if (!p)
+	if (!json_is_array(streams))
 		return;
 	printf("  streams:");
-	while ((p = strstr(p, "{\"state\": \""))) {
-		json_str(p, "state", state, sizeof(state));
-		json_str(p, "via", via, sizeof(via));
-		human_bytes(json_num(p, "rate_bps"), rate, sizeof(rate));
-		printf("%s %d %s %s/s via %s", i ? "," : "", i, state, rate,
-		       via);
-		p++;
-		i++;
+	json_array_foreach(streams, i, s) {
+		human_bytes(json_num(s, "rate_bps"), rate, sizeof(rate));
+		printf("%s %zu %s %s/s via %s", i ? "," : "", i,
+		       json_str(s, "state"), rate, json_str(s, "via"));
 	}
-	printf("%s\n", i ? "" : " none");
+	printf("%s\n", json_array_size(streams) ? "" : " none");
 }
 
-/* The "conflict_paths" of a status reply, one line each (JSON strings:
- * the escapes wb.c makes are undone). */
-static void print_conflicts(const char *reply)
+/* The "conflict_paths" of a status reply, one line each. */
+static void print_conflicts(const json_t *reply)
 {
-	const char *p = strstr(reply, "\"conflict_paths\": [");
+	const json_t *paths = json_object_get(reply, "conflict_paths"), *p;
+	size_t i;
 
-	if (!p)
-		return;
-	p += strlen("\"conflict_paths\": [");
-	while (*p == '"') {
-		printf("    ");
-		for (p++; *p && *p != '"'; p++) {
-			unsigned int c;
-
-			if (*p == '\\' && p[1] == 'u' &&
-			    sscanf(p + 2, "%4x", &c) == 1) {
-				putchar((int)c);
-				p += 5;
-			} else if (*p == '\\' && p[1]) {
-				putchar(*++p);
-			} else {
-				putchar(*p);
-			}
-		}
-		putchar('\n');
-		if (*p == '"')
-			p++;
-		if (*p == ',')
-			p++;
-	}
+	json_array_foreach(paths, i, p)
+		printf("    %s\n", json_string_value(p) ?
+					   json_string_value(p) : "");
 }
 
-static void print_status(const char *reply)
+static void print_status(const json_t *reply)
 {
-	char mnt[4096], remote[4096], mode[64], pend[32], rd[32], wr[32],
-		rate[32], resent[32];
+	char pend[32], rd[32], wr[32], rate[32], resent[32];
 	long long eta = json_num(reply, "eta_s");
-	const char *c;
+	const char *mode = json_str(reply, "mode");
+	const json_t *c;
 
-	json_str(reply, "mountpoint", mnt, sizeof(mnt));
-	json_str(reply, "remote", remote, sizeof(remote));
-	json_str(reply, "mode", mode, sizeof(mode));
 	human_bytes(json_num(reply, "pending_bytes"), pend, sizeof(pend));
 	human_bytes(json_num(reply, "remote_bytes_read"), rd, sizeof(rd));
 	human_bytes(json_num(reply, "remote_bytes_written"), wr, sizeof(wr));
-	printf("%s  (%s, %s)\n", mnt, remote, mode);
+	printf("%s  (%s, %s)\n", json_str(reply, "mountpoint"),
+	       json_str(reply, "remote"), mode);
 	printf("  pending: %s in %lld files, %lld ops; paused: %s\n", pend,
 	       json_num(reply, "pending_files"), json_num(reply, "pending_ops"),
-	       strstr(reply, "\"paused\": true") ? "yes" : "no");
+	       json_flag(reply, "paused") ? "yes" : "no");
 	if (!strcmp(mode, "write-back")) {
 		human_bytes(json_num(reply, "rate_bps"), rate, sizeof(rate));
 		human_bytes(json_num(reply, "resent_bytes"), resent,
 			    sizeof(resent));
-		if (strstr(reply, "\"drained\": true"))
+		if (json_flag(reply, "drained"))
 			printf("  flush: everything is on the remote\n");
 		else if (eta >= 0)
 			printf("  flush: %s/s, about %lld s left\n", rate, eta);
@@ -174,7 +168,7 @@ static void print_status(const char *reply)
 	}
 	printf("  remote: %s read, %s written, %lld operations\n", rd, wr,
 	       json_num(reply, "remote_ops"));
-	if ((c = strstr(reply, "\"cache\": {"))) {
+	if (json_is_object(c = json_object_get(reply, "cache"))) {
 		char cb[32], cm[32], ra[32];
 		long long hits = json_num(c, "hits"),
 			  misses = json_num(c, "misses");
@@ -190,15 +184,12 @@ static void print_status(const char *reply)
 				     : 0.0,
 		       hits, hits + misses, ra);
 	} else {
-		char off[256];
-
-		json_str(reply, "cache_off", off, sizeof(off));
-		printf("  cache: off: %s\n", off);
+		printf("  cache: off: %s\n", json_str(reply, "cache_off"));
 	}
 }
 
 /* One line of progress, rewritten in place on a terminal. */
-static void print_progress(const char *reply)
+static void print_progress(const json_t *reply)
 {
 	char pend[32], rate[32];
 	long long eta = json_num(reply, "eta_s");
@@ -217,7 +208,11 @@ static int reach_err(const char *mnt, int rc)
 	fprintf(stderr, "ferryfs: cannot reach the ferryfs mount at '%s': %s\n",
 		mnt,
 		rc == -ENOENT || rc == -ECONNREFUSED ? "not a ferryfs mount"
-						     : strerror(-rc));
+		: rc == -EPROTO ? "its reply is not JSON"
+		: rc == -EPERM	? "its control socket is answered by another "
+				  "user than the mount's owner or root: not "
+				  "believed"
+				: strerror(-rc));
 	return 1;
 }
 
@@ -230,35 +225,36 @@ static int reach_err(const char *mnt, int rc)
 static int flush_wait(const char *mnt)
 {
 	bool tty = isatty(STDOUT_FILENO);
-	char reply[8192], err[512];
-	int rc = fs_ctl_call(mnt, "flush", reply, sizeof(reply));
+	json_t *reply;
+	int rc = call(mnt, "flush", &reply, NULL), status = 1;
 
 	if (rc < 0)
 		return reach_err(mnt, rc);
 	for (;;) {
-		rc = fs_ctl_call(mnt, "status", reply, sizeof(reply));
+		json_decref(reply);
+		rc = call(mnt, "status", &reply, NULL);
 		if (rc < 0)
 			return reach_err(mnt, rc);
 		if (!json_ok(reply)) {
-			json_str(reply, "error", err, sizeof(err));
-			fprintf(stderr, "ferryfs: flush: %s\n", err);
-			return 1;
+			fprintf(stderr, "ferryfs: flush: %s\n",
+				json_str(reply, "error"));
+			goto out;
 		}
 		if (json_num(reply, "failed") != 0) {
 			fprintf(stderr, "%sferryfs: flush: the journal failed "
 					"(%s); see the log\n",
 				tty ? "\n" : "",
 				strerror((int)-json_num(reply, "failed")));
-			return 1;
+			goto out;
 		}
-		if (strstr(reply, "\"drained\": true"))
+		if (json_flag(reply, "drained"))
 			break;
-		if (strstr(reply, "\"paused\": true")) {
+		if (json_flag(reply, "paused")) {
 			fprintf(stderr, "%sferryfs: flush: the flush of '%s' is "
 					"paused: nothing goes to the remote "
 					"until 'ferryfs resume %s'\n",
 				tty ? "\n" : "", mnt, mnt);
-			return 1;
+			goto out;
 		}
 		if (tty)
 			print_progress(reply);
@@ -271,10 +267,13 @@ static int flush_wait(const char *mnt)
 				"by the remote and given up (files in state "
 				"'error'; see the log)\n",
 			json_num(reply, "failed_ops"));
-		return 1;
+		goto out;
 	}
 	printf("%s: everything is on the remote\n", mnt);
-	return 0;
+	status = 0;
+out:
+	json_decref(reply);
+	return status;
 }
 
 /* status of a file inside a mount: its user.ferryfs.state */
@@ -291,44 +290,62 @@ static int file_status(const char *path, bool json)
 		return 1;
 	}
 	v[n] = '\0';
-	if (json)
-		printf("{\"ok\": true, \"path\": \"%s\", \"state\": \"%s\"}\n",
-		       path, v);
-	else
+	if (json) {
+		json_t *o = json_pack("{s:b, s:s, s:s}", "ok", 1, "path", path,
+				      "state", v);
+		char *text = o ? json_dumps(o, JSON_PRESERVE_ORDER) : NULL;
+
+		json_decref(o);
+		if (!text) {
+			fprintf(stderr, "ferryfs: status: '%s': the path is "
+					"not UTF-8\n",
+				path);
+			return 1;
+		}
+		printf("%s\n", text);
+		free(text);
+	} else {
 		printf("%s: %s\n", path, v);
+	}
 	return 0;
 }
 
 /* One command to one mount; prints the reply. Returns the exit status. */
 static int ask(const char *mnt, const char *cmd, bool json)
 {
-	char reply[8192], err[512];
-	int rc = fs_ctl_call(mnt, cmd, reply, sizeof(reply));
+	json_t *reply;
+	char *text;
+	int rc = call(mnt, cmd, &reply, &text), status = 1;
 	bool live = !json && !strcmp(cmd, "status") && isatty(STDOUT_FILENO);
 	int lines = 0;
 
 	if (rc < 0)
 		return reach_err(mnt, rc);
 	if (json) {
-		printf("%s\n", reply);
-		return json_ok(reply) ? 0 : 1;
+		printf("%s\n", text);
+		status = json_ok(reply) ? 0 : 1;
+		goto out;
 	}
 	if (!json_ok(reply)) {
-		json_str(reply, "error", err, sizeof(err));
-		fprintf(stderr, "ferryfs: %s: %s\n", cmd, err);
-		return 1;
+		fprintf(stderr, "ferryfs: %s: %s\n", cmd,
+			json_str(reply, "error"));
+		goto out;
 	}
 	if (!strcmp(cmd, "status")) {
 		/* on a terminal: live while the flush goes on */
 		for (;;) {
 			print_status(reply);
-			lines = strstr(reply, "\"cache\": {") ? 8 : 7;
-			if (!live || !strstr(reply, "\"mode\": \"write-back\"") ||
-			    strstr(reply, "\"drained\": true") ||
-			    strstr(reply, "\"paused\": true"))
+			lines = json_is_object(json_object_get(reply, "cache"))
+					? 8
+					: 7;
+			if (!live ||
+			    strcmp(json_str(reply, "mode"), "write-back") ||
+			    json_flag(reply, "drained") ||
+			    json_flag(reply, "paused"))
 				break;
 			sleep(1);
-			if (fs_ctl_call(mnt, cmd, reply, sizeof(reply)) < 0 ||
+			json_decref(reply);
+			if (call(mnt, cmd, &reply, NULL) < 0 ||
 			    !json_ok(reply))
 				break;
 			printf("\033[%dA\033[J", lines);
@@ -340,7 +357,11 @@ static int ask(const char *mnt, const char *cmd, bool json)
 	} else {
 		printf("%s: %sd\n", mnt, cmd);
 	}
-	return 0;
+	status = 0;
+out:
+	json_decref(reply);
+	free(text);
+	return status;
 }
 
 /* Is @path the mount point of a ferryfs mount this process sees? */

@@ -1360,78 +1360,67 @@ const struct fuse_lowlevel_ops fs_wt_ops = {
  * nothing is ever pending, so a flush is done at once and there is no
  * queue to pause; the reply says so instead of pretending.
  */
-static int wt_ctl(struct fs *fs, const char *cmd, char *reply, size_t size);
-
-/* A status reply (one JSON object) gains the "cache" member. */
-static void add_cache_status(struct fs *fs, char *reply, size_t size)
-{
-	size_t len = strlen(reply);
-
-	if (len < 2 || reply[len - 1] != '}' || size - len < 16)
-		return;
-	reply[len - 1] = '\0';
-	len--;
-	len += (size_t)snprintf(reply + len, size - len, ", ");
-	if (len < size)
-		len += (size_t)fs_cache_status(fs, reply + len, size - len);
-	if (len + 2 <= size)
-		snprintf(reply + len, size - len, "}");
-}
-
-static int ctl_handle(void *arg, const char *cmd, char *reply, size_t size)
-{
-	struct fs *fs = arg;
-	int rc = fs->jnl ? fs_wb_ctl(fs, cmd, reply, size)
-			 : wt_ctl(fs, cmd, reply, size);
-
-	if (rc == 0 && !strcmp(cmd, "status"))
-		add_cache_status(fs, reply, size);
-	return rc;
-}
-
-static int wt_ctl(struct fs *fs, const char *cmd, char *reply, size_t size)
+int fs_status_get(struct fs *fs, struct fs_status *st)
 {
 	struct rmt_counters rc;
 	struct timespec now;
+	int err = 0;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	*st = (struct fs_status){
+		.mountpoint = fs->mnt_abs,
+		.remote = rmt_id(fs->rmt),
+		.uptime_s = now.tv_sec - fs->started.tv_sec,
+	};
+	if (fs->jnl) {
+		err = fs_wb_status(fs, st);
+	} else {
+		rmt_counters(fs->rmt, &rc);
+		st->mode = "write-through";
+		st->drained = true;
+		st->eta_s = -1;
+		st->remote_bytes_read = rc.bytes_read;
+		st->remote_bytes_written = rc.bytes_written;
+		st->remote_ops = rc.ops;
+	}
+	if (err < 0) {
+		fs_status_release(st);
+		return err;
+	}
+	fs_cache_status(fs, &st->cache);
+	return 0;
+}
+
+static int ctl_handle(void *arg, const char *cmd, char **reply)
+{
+	struct fs *fs = arg;
+	struct fs_status st;
+	int rc;
 
 	if (!strcmp(cmd, "status")) {
-		rmt_counters(fs->rmt, &rc);
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		snprintf(reply, size,
-			 "{\"ok\": true, \"mountpoint\": \"%s\", "
-			 "\"remote\": \"%s\", \"mode\": \"write-through\", "
-			 "\"paused\": false, \"drained\": true, \"failed\": 0, "
-			 "\"failed_ops\": 0, \"pending_bytes\": 0, "
-			 "\"pending_files\": 0, \"pending_ops\": 0, "
-			 "\"streams\": [], \"retries\": 0, \"errors\": 0, "
-			 "\"conflicts\": 0, \"resent_bytes\": 0, "
-			 "\"remote_bytes_read\": %llu, "
-			 "\"remote_bytes_written\": %llu, "
-			 "\"remote_ops\": %llu, \"uptime_s\": %lld}",
-			 fs->mnt_abs, rmt_id(fs->rmt),
-			 (unsigned long long)rc.bytes_read,
-			 (unsigned long long)rc.bytes_written,
-			 (unsigned long long)rc.ops,
-			 (long long)(now.tv_sec - fs->started.tv_sec));
-		return 0;
+		rc = fs_status_get(fs, &st);
+		if (rc < 0)
+			return rc;
+		*reply = fs_status_json(&st);
+		fs_status_release(&st);
+		return *reply ? 0 : -ENOMEM;
 	}
+	if (fs->jnl)
+		return fs_wb_ctl(fs, cmd, reply);
 	if (!strcmp(cmd, "flush")) {
-		snprintf(reply, size,
-			 "{\"ok\": true, \"pending_bytes\": 0, "
-			 "\"pending_ops\": 0}");
-		return 0;
-	}
-	if (!strcmp(cmd, "pause") || !strcmp(cmd, "resume")) {
-		snprintf(reply, size,
-			 "{\"ok\": false, \"error\": \"write-through mode: "
-			 "every operation goes straight to the remote, there "
-			 "is no queue to %s\"}",
+		*reply = fs_reply_flush(0, 0);
+	} else if (!strcmp(cmd, "pause") || !strcmp(cmd, "resume")) {
+		char msg[128];
+
+		snprintf(msg, sizeof(msg),
+			 "write-through mode: every operation goes straight "
+			 "to the remote, there is no queue to %s",
 			 cmd);
-		return 0;
+		*reply = fs_reply_error(msg);
+	} else {
+		*reply = fs_reply_error("unknown command");
 	}
-	snprintf(reply, size,
-		 "{\"ok\": false, \"error\": \"unknown command\"}");
-	return 0;
+	return *reply ? 0 : -ENOMEM;
 }
 
 /* --- the daemon ------------------------------------------------------ */
@@ -1553,11 +1542,14 @@ int fs_run(struct fuse_args *args, const struct fs_opts *o)
 	fs_cache_start(&fs);
 	if (fs.mnt_abs) {
 		/* after the fork of daemonize: threads do not survive it */
-		rc = fs_ctl_start(fs.mnt_abs, ctl_handle, &fs, &fs.ctl);
+		char why[PATH_MAX + 128];
+
+		rc = fs_ctl_start(fs.mnt_abs, ctl_handle, &fs, &fs.ctl, why,
+				  sizeof(why));
 		if (rc < 0)
 			LOG_WARN("no control socket for '%s' (ferryfs status "
 				 "will not reach it): %s",
-				 fs.mnt_abs, strerror(-rc));
+				 fs.mnt_abs, why);
 	}
 	if (o->single_thread) {
 		rc = fuse_session_loop(se);

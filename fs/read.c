@@ -326,35 +326,28 @@ void fs_cache_stop(struct fs *fs)
 	fs->cache = NULL;
 }
 
-int fs_cache_status(struct fs *fs, char *buf, size_t size)
+void fs_cache_status(struct fs *fs, struct fs_cache_status *c)
 {
 	struct cache_ra_stats rs = { 0 };
 	struct cache_stats cs = { 0 };
-	uint64_t lookups;
 
+	*c = (struct fs_cache_status){ .on = fs->cache != NULL,
+				       .off = fs->cache_off ? fs->cache_off
+							    : "" };
 	if (!fs->cache)
-		return snprintf(buf, size,
-				"\"cache\": null, \"cache_off\": \"%s\"",
-				fs->cache_off ? fs->cache_off : "");
+		return;
 	cache_stats(fs->cache, &cs);
 	if (fs->ra)
 		cache_ra_stats(fs->ra, &rs);
-	lookups = cs.hits + cs.misses;
-	return snprintf(
-		buf, size,
-		"\"cache\": {\"dir\": \"%s\", \"bytes\": %llu, "
-		"\"max_bytes\": %llu, \"hits\": %llu, \"misses\": %llu, "
-		"\"hit_rate\": %.3f, \"readahead_streams\": %u, "
-		"\"readahead_bytes\": %llu, \"readahead_errors\": %llu, "
-		"\"readahead_pending\": %u, \"app_read_bytes\": %llu, "
-		"\"share_read_bytes\": %llu}",
-		fs->cache_dir, (unsigned long long)cs.bytes,
-		(unsigned long long)cs.max_bytes,
-		(unsigned long long)cs.hits, (unsigned long long)cs.misses,
-		lookups ? (double)cs.hits / (double)lookups : 0.0,
-		fs->ra ? fs->o->readahead : 0,
-		(unsigned long long)rs.fetched_bytes,
-		(unsigned long long)rs.errors, rs.queued + rs.inflight,
-		(unsigned long long)atomic_load(&fs->app_read_bytes),
-		(unsigned long long)atomic_load(&fs->share_read_bytes));
+	c->dir = fs->cache_dir;
+	c->bytes = cs.bytes;
+	c->max_bytes = cs.max_bytes;
+	c->hits = cs.hits;
+	c->misses = cs.misses;
+	c->readahead_streams = fs->ra ? fs->o->readahead : 0;
+	c->readahead_bytes = rs.fetched_bytes;
+	c->readahead_errors = rs.errors;
+	c->readahead_pending = rs.queued + rs.inflight;
+	c->app_read_bytes = atomic_load(&fs->app_read_bytes);
+	c->share_read_bytes = atomic_load(&fs->share_read_bytes);
 }

@@ -2221,170 +2221,106 @@ static const char *stream_state(enum jnl_stream_state s)
 
 #define STATUS_CONFLICT_PATHS 10 /* the most recent conflict copies shown */
 
-/* @str as the inside of a JSON string at @out (@size bytes, NUL-ended);
- * returns the length written, or @size if it did not fit. */
-static size_t json_escape(char *out, size_t size, const char *str)
-{
-	size_t pos = 0;
-
-	for (const unsigned char *p = (const unsigned char *)str; *p; p++) {
-		int n;
-
-		if (*p == '"' || *p == '\\')
-			n = snprintf(out + pos, size - pos, "\\%c", *p);
-		else if (*p < 0x20)
-			n = snprintf(out + pos, size - pos, "\\u%04x", *p);
-		else
-			n = snprintf(out + pos, size - pos, "%c", *p);
-		if (n < 0 || (size_t)n >= size - pos)
-			return size;
-		pos += (size_t)n;
-	}
-	return pos;
-}
-
-/* ", \"conflict_paths\": [...]" of the most recent conflict copies, as many
- * as fit in @size. Returns the length written. */
-static size_t conflict_paths_json(struct fs *fs, char *out, size_t size)
+/* st->conflict_paths: the most recent conflict copies. */
+static int conflict_paths(struct fs *fs, struct fs_status *st)
 {
 	char (*paths)[PATH_MAX] = malloc(STATUS_CONFLICT_PATHS * PATH_MAX);
 	int n = paths ? jnl_conflict_paths(fs->jnl, paths,
 					   STATUS_CONFLICT_PATHS, NULL)
 		      : 0;
-	size_t pos;
-	int i;
+	int rc = paths ? 0 : -ENOMEM;
 
-	if (size < 32) {
-		free(paths);
-		return 0;
+	if (n > 0) {
+		st->conflict_paths = calloc((size_t)n, sizeof(char *));
+		if (!st->conflict_paths)
+			rc = -ENOMEM;
 	}
-	pos = (size_t)snprintf(out, size, ", \"conflict_paths\": [");
-	for (i = 0; i < n; i++) {
-		size_t room = size - pos, len;
-
-		if (room < 8)
-			break;
-		out[pos] = '"';
-		len = json_escape(out + pos + 1, room - 4, paths[i]);
-		if (len >= room - 4)
-			break; /* does not fit: leave it out */
-		pos += 1 + len;
-		out[pos++] = '"';
-		if (i + 1 < n)
-			out[pos++] = ',';
-		out[pos] = 0;
+	for (int i = 0; !rc && i < n; i++) {
+		st->conflict_paths[i] = strdup(paths[i]);
+		if (!st->conflict_paths[i])
+			rc = -ENOMEM;
+		else
+			st->nconflict_paths++;
 	}
-	if (pos && out[pos - 1] == ',')
-		pos--;
-	pos += (size_t)snprintf(out + pos, size - pos, "]");
 	free(paths);
-	return pos;
+	return rc;
 }
 
-/* The status reply of `ferryfs status` (JSON, one line). */
-static int wb_status(struct fs *fs, char *reply, size_t size)
+int fs_wb_status(struct fs *fs, struct fs_status *st)
 {
 	struct jnl_flush_stats *fst = calloc(1, sizeof(*fst));
 	struct rmt_counters rc;
-	struct jnl_stats st;
-	struct timespec now;
-	unsigned long long pending, flush_read = 0;
-	size_t pos;
+	struct jnl_stats js;
+	unsigned long long flush_read = 0;
 	unsigned int i;
-	bool drained;
 
 	if (!fst)
 		return -ENOMEM;
-	jnl_stats(fs->jnl, &st);
+	jnl_stats(fs->jnl, &js);
 	jnl_flusher_stats(fs->fl, fst);
-	for (i = 0; i < fst->streams; i++)
-		flush_read += fst->stream[i].remote_bytes_read;
-	drained = jnl_flusher_wait(fs->fl, 0) == 0;
-	rmt_counters(fs->rmt, &rc);
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	pending = st.dirty_bytes + st.inflight_bytes;
-	pos = (size_t)snprintf(
-		reply, size,
-		"{\"ok\": true, \"mountpoint\": \"%s\", \"remote\": \"%s\", "
-		"\"mode\": \"write-back\", \"journal\": \"%s\", "
-		"\"journal_id\": \"%016" PRIx64 "\", "
-		"\"paused\": %s, \"drained\": %s, \"failed\": %d, "
-		"\"pending_bytes\": %llu, \"pending_files\": %llu, "
-		"\"pending_ops\": %llu, \"uncommitted\": %llu, "
-		"\"staging_bytes\": %llu, \"rate_bps\": %llu, "
-		"\"eta_s\": %lld, \"retries\": %llu, \"errors\": %llu, "
-		"\"failed_ops\": %llu, \"parked\": %llu, \"conflicts\": %llu, "
-		"\"resent_bytes\": %llu, \"flushed_bytes\": %llu, "
-		"\"write_waits\": %llu, \"passthrough\": %s, "
-		"\"passthrough_opens\": %llu, \"passthrough_files\": %u, "
-		"\"passthrough_requests\": %llu, "
-		"\"remote_bytes_read\": %llu, \"remote_bytes_written\": %llu, "
-		"\"remote_ops\": %llu, \"uptime_s\": %lld, \"streams\": [",
-		fs->mnt_abs, rmt_id(fs->rmt), fs->journal_dir,
-		jnl_ident(fs->jnl), fst->paused ? "true" : "false",
-		drained ? "true" : "false",
-		fst->failed, pending, (unsigned long long)st.dirty_nodes,
-		(unsigned long long)st.pending_ops,
-		(unsigned long long)st.uncommitted,
-		(unsigned long long)st.staging_bytes,
-		(unsigned long long)fst->rate_bps,
-		fst->rate_bps ? (long long)(pending / fst->rate_bps) : -1LL,
-		(unsigned long long)fst->retries,
-		(unsigned long long)fst->errors,
-		(unsigned long long)fst->failed_ops,
-		(unsigned long long)fst->parked,
-		(unsigned long long)st.conflicts,
-		(unsigned long long)(st.resent_bytes + fs->resent_bytes),
-		(unsigned long long)fst->bytes,
-		(unsigned long long)st.write_waits,
-		atomic_load(&fs->pt_on) ? "true" : "false",
-		(unsigned long long)atomic_load(&fs->pt_opens),
-		atomic_load(&fs->pt_nodes),
-		(unsigned long long)atomic_load(&fs->pt_requests),
-		(unsigned long long)rc.bytes_read + flush_read,
-		(unsigned long long)(rc.bytes_written +
-				     fst->remote_bytes_written),
-		(unsigned long long)rc.ops,
-		(long long)(now.tv_sec - fs->started.tv_sec));
-	for (i = 0; i < fst->streams && pos < size; i++) {
+	st->streams = calloc(fst->streams ? fst->streams : 1,
+			     sizeof(*st->streams));
+	if (!st->streams) {
+		free(fst);
+		return -ENOMEM;
+	}
+	for (i = 0; i < fst->streams; i++) {
 		const struct jnl_stream_stats *s = &fst->stream[i];
 
-		pos += (size_t)snprintf(
-			reply + pos, size - pos,
-			"%s{\"state\": \"%s\", \"via\": \"%s\", "
-			"\"rate_bps\": %llu, "
-			"\"bytes\": %llu, \"chunks\": %llu, \"ops\": %llu, "
-			"\"errors\": %llu, \"retries\": %llu, "
-			"\"remote_bytes_written\": %llu, "
-			"\"last_error\": \"%s\"}",
-			i ? ", " : "", stream_state(s->state),
-			s->via_agent ? "agent" : "share",
-			(unsigned long long)s->rate_bps,
-			(unsigned long long)s->bytes,
-			(unsigned long long)s->chunks,
-			(unsigned long long)s->ops,
-			(unsigned long long)s->errors,
-			(unsigned long long)s->retries,
-			(unsigned long long)s->remote_bytes_written,
-			s->last_error ? strerror(-s->last_error) : "");
+		flush_read += s->remote_bytes_read;
+		st->streams[i] = (struct fs_stream_status){
+			.state = stream_state(s->state),
+			.via_agent = s->via_agent,
+			.rate_bps = s->rate_bps,
+			.bytes = s->bytes,
+			.chunks = s->chunks,
+			.ops = s->ops,
+			.errors = s->errors,
+			.retries = s->retries,
+			.remote_bytes_written = s->remote_bytes_written,
+			.last_error = s->last_error,
+		};
 	}
-	if (pos < size)
-		pos += (size_t)snprintf(reply + pos, size - pos, "]");
-	/* the paths, leaving room for the end and what ops.c appends */
-	if (pos + 1024 < size)
-		pos += conflict_paths_json(fs, reply + pos, size - pos - 1024);
-	if (pos < size)
-		pos += (size_t)snprintf(reply + pos, size - pos, "}");
+	st->nstreams = fst->streams;
+	st->drained = jnl_flusher_wait(fs->fl, 0) == 0;
+	rmt_counters(fs->rmt, &rc);
+	st->mode = "write-back";
+	st->journal = fs->journal_dir;
+	st->journal_id = jnl_ident(fs->jnl);
+	st->paused = fst->paused;
+	st->failed = fst->failed;
+	st->pending_bytes = js.dirty_bytes + js.inflight_bytes;
+	st->pending_files = js.dirty_nodes;
+	st->pending_ops = js.pending_ops;
+	st->uncommitted = js.uncommitted;
+	st->staging_bytes = js.staging_bytes;
+	st->rate_bps = fst->rate_bps;
+	st->eta_s = fst->rate_bps
+			    ? (int64_t)(st->pending_bytes / fst->rate_bps)
+			    : -1;
+	st->retries = fst->retries;
+	st->errors = fst->errors;
+	st->failed_ops = fst->failed_ops;
+	st->parked = fst->parked;
+	st->conflicts = js.conflicts;
+	st->resent_bytes = js.resent_bytes + fs->resent_bytes;
+	st->flushed_bytes = fst->bytes;
+	st->write_waits = js.write_waits;
+	st->passthrough = atomic_load(&fs->pt_on);
+	st->passthrough_opens = atomic_load(&fs->pt_opens);
+	st->passthrough_files = atomic_load(&fs->pt_nodes);
+	st->passthrough_requests = atomic_load(&fs->pt_requests);
+	st->remote_bytes_read = rc.bytes_read + flush_read;
+	st->remote_bytes_written = rc.bytes_written + fst->remote_bytes_written;
+	st->remote_ops = rc.ops;
 	free(fst);
-	return pos < size ? 0 : -ENOSPC;
+	return conflict_paths(fs, st);
 }
 
-int fs_wb_ctl(struct fs *fs, const char *cmd, char *reply, size_t size)
+int fs_wb_ctl(struct fs *fs, const char *cmd, char **reply)
 {
 	struct jnl_stats st;
 
-	if (!strcmp(cmd, "status"))
-		return wb_status(fs, reply, size);
 	if (!strcmp(cmd, "flush")) { /* now; `flush --wait` then polls */
 		int rc = fs_pt_mark(fs, 0);
 
@@ -2393,27 +2329,18 @@ int fs_wb_ctl(struct fs *fs, const char *cmd, char *reply, size_t size)
 
 		jnl_flusher_kick(fs->fl);
 		jnl_stats(fs->jnl, &st);
-		if (rc < 0)
-			snprintf(reply, size,
-				 "{\"ok\": false, \"error\": \"%s\"}",
-				 strerror(-rc));
-		else
-			snprintf(reply, size,
-				 "{\"ok\": true, \"pending_bytes\": %llu, "
-				 "\"pending_ops\": %llu}",
-				 (unsigned long long)(st.dirty_bytes +
-						      st.inflight_bytes),
-				 (unsigned long long)st.pending_ops);
-		return 0;
-	}
-	if (!strcmp(cmd, "pause") || !strcmp(cmd, "resume")) {
+		*reply = rc < 0 ? fs_reply_error(strerror(-rc))
+				: fs_reply_flush(st.dirty_bytes +
+							 st.inflight_bytes,
+						 st.pending_ops);
+	} else if (!strcmp(cmd, "pause") || !strcmp(cmd, "resume")) {
 		if (!strcmp(cmd, "pause"))
 			jnl_flusher_pause(fs->fl);
 		else
 			jnl_flusher_resume(fs->fl);
-		snprintf(reply, size, "{\"ok\": true}");
-		return 0;
+		*reply = fs_reply_ok();
+	} else {
+		*reply = fs_reply_error("unknown command");
 	}
-	snprintf(reply, size, "{\"ok\": false, \"error\": \"unknown command\"}");
-	return 0;
+	return *reply ? 0 : -ENOMEM;
 }

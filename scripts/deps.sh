@@ -24,6 +24,7 @@ PACKAGES=(
 	rsync attr sqlite3 util-linux mount xz-utils
 	libnfs-dev libnfs-utils iproute2
 	libsmbclient-dev
+	libjansson-dev
 )
 if [[ "${1:-}" == --test ]]; then
 	shift

@@ -478,6 +478,47 @@ static void test_agent__frame_tampered(void **state)
 	sess_close(&s);
 }
 
+/* A frame's expected tag that cannot be computed (out of memory) refuses
+ * the frame: it is not an all-zero tag that a frame carrying zeros
+ * matches (issue 38). DATA frames (tag over the payload's digest) and
+ * the others. */
+static void test_agent__frame_hmac_failure_refused(void **state)
+{
+	uint8_t frame[256];
+	const uint8_t *p;
+	uint16_t type;
+	size_t len, n;
+	struct sess s;
+	int rc;
+
+	(void)state;
+	sess_open(&s, false, false);
+	for (int data = 0; data < 2; data++) {
+		if (data)
+			assert_rc_ok(agent_send_data(&s.cli, "twenty bytes "
+						     "payload", 20, NULL));
+		else
+			assert_rc_ok(agent_send(&s.cli, AGENT_T_UNLINK,
+						"twenty bytes payload", 20,
+						NULL, 0));
+		n = capture(s.wire, frame, sizeof(frame));
+		memset(frame + n - AGENT_MAC, 0, AGENT_MAC);
+		inject(s.tap, frame, n);
+		agent_test_fail_hmac = true;
+		rc = agent_recv(&s.agt, &type, &p, &len);
+		agent_test_fail_hmac = false;
+		if (rc == 0)
+			fail_msg("a %s frame with a zero tag was taken while "
+				 "its tag could not be computed",
+				 data ? "DATA" : "non-DATA");
+		assert_true(rc == -ENOMEM || rc == -EBADMSG);
+		/* the session is over for that frame; open a new one */
+		sess_close(&s);
+		sess_open(&s, false, false);
+	}
+	sess_close(&s);
+}
+
 static void test_agent__frame_replayed(void **state)
 {
 	bool enc = *(bool *)*state;
@@ -1742,6 +1783,7 @@ int main(void)
 					  &enc_off),
 		cmocka_unit_test_prestate(test_agent__frame_reflected, &enc_on),
 		cmocka_unit_test(test_agent__frame_too_long),
+		cmocka_unit_test(test_agent__frame_hmac_failure_refused),
 		cmocka_unit_test_setup_teardown(test_agent__key_file_rules,
 						tmp_setup, tmp_teardown),
 		cmocka_unit_test(test_agent__parse_every_type),

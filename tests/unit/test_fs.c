@@ -1,6 +1,8 @@
 /*
- * test_fs.c - unit tests of fs/: the inode table (fs_i.h) and the command
- * line (fs_opts_parse). No mount: mount-level tests live in tests/it/.
+ * test_fs.c - unit tests of fs/: the inode table (fs_i.h), the command
+ * line (fs_opts_parse) and the control socket's directory of a user's
+ * daemon (fs_ctl_start() in a child as uid 65534). No mount: mount-level
+ * tests live in tests/it/ (it_ctl_dir.sh: root's directory).
  */
 #include <errno.h>
 #include <limits.h>
@@ -11,6 +13,13 @@
 #include <stdio.h>
 #include <string.h>
 #include <cmocka.h>
+#include <dirent.h>
+#include <ftw.h>
+#include <grp.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
@@ -585,6 +594,110 @@ static void test_fs__opts_writeback(void **state)
 	fs_opts_release(&o);
 }
 
+/* --- the control socket's directory (ctl.c invariant 4) ----------------- */
+
+#define OTHER_UID 65534
+
+static int ctl_handler(void *arg, const char *cmd, char **reply)
+{
+	(void)arg;
+	(void)cmd;
+	*reply = fs_reply_ok();
+	return *reply ? 0 : -ENOMEM;
+}
+
+#define CHILD_CHECK(cond)                                                  \
+	do {                                                               \
+		if (!(cond)) {                                             \
+			fprintf(stderr, "child: %s:%d: %s\n", __FILE__,    \
+				__LINE__, #cond);                          \
+			_exit(1);                                          \
+		}                                                          \
+	} while (0)
+
+/* count of ctl-*.sock in @dir, -1 if it cannot be read */
+static int sockets_in(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		n += !strncmp(e->d_name, "ctl-", 4);
+	closedir(d);
+	return n;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag,
+		    struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+/*
+ * A user's daemon (uid 65534 here): with XDG_RUNTIME_DIR its own 0700
+ * directory, the socket goes in $XDG_RUNTIME_DIR/ferryfs, made 0700 and
+ * the user's, and is gone after fs_ctl_stop(); a $XDG_RUNTIME_DIR/ferryfs
+ * made by someone else (root) first is refused with the reason. Uses "/"
+ * as the mount point: it is in mountinfo, which is all fs_ctl_start()
+ * asks of it.
+ */
+static void test_fs__ctl_dir_user(void **state)
+{
+	char good[] = "/tmp/test_fs_ctl.XXXXXX", bad[] = "/tmp/test_fs_ctl.XXXXXX";
+	char sub[PATH_MAX];
+	pid_t pid;
+	int status;
+
+	(void)state;
+	if (geteuid() != 0)
+		skip();
+	assert_non_null(mkdtemp(good));
+	assert_non_null(mkdtemp(bad));
+	snprintf(sub, sizeof(sub), "%s/ferryfs", bad);
+	assert_int_equal(mkdir(sub, 0700), 0); /* root's */
+	assert_int_equal(chown(good, OTHER_UID, OTHER_UID), 0);
+	assert_int_equal(chown(bad, OTHER_UID, OTHER_UID), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct fs_ctl *c;
+		char why[PATH_MAX + 128], dir[PATH_MAX];
+		struct stat st;
+
+		CHILD_CHECK(setgroups(0, NULL) == 0);
+		CHILD_CHECK(setgid(OTHER_UID) == 0);
+		CHILD_CHECK(setuid(OTHER_UID) == 0);
+		setenv("XDG_RUNTIME_DIR", good, 1);
+		CHILD_CHECK(fs_ctl_start("/", ctl_handler, NULL, &c, why,
+					 sizeof(why)) == 0);
+		snprintf(dir, sizeof(dir), "%s/ferryfs", good);
+		CHILD_CHECK(lstat(dir, &st) == 0 && S_ISDIR(st.st_mode));
+		CHILD_CHECK((st.st_mode & 07777) == 0700);
+		CHILD_CHECK(st.st_uid == OTHER_UID);
+		CHILD_CHECK(sockets_in(dir) == 1);
+		fs_ctl_stop(c);
+		CHILD_CHECK(sockets_in(dir) == 0);
+
+		setenv("XDG_RUNTIME_DIR", bad, 1);
+		CHILD_CHECK(fs_ctl_start("/", ctl_handler, NULL, &c, why,
+					 sizeof(why)) == -EPERM);
+		CHILD_CHECK(strstr(why, "is owned by uid 0, not by uid 65534"));
+		fprintf(stderr, "child: refused: %s\n", why);
+		_exit(0);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	nftw(good, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+	nftw(bad, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -607,6 +720,7 @@ int main(void)
 		cmocka_unit_test(test_fs__opts_flags_keep_their_neighbours),
 		cmocka_unit_test(test_fs__opts_remote_options_go_to_the_remote),
 		cmocka_unit_test(test_fs__opts_errors),
+		cmocka_unit_test(test_fs__ctl_dir_user),
 #undef T
 	};
 
