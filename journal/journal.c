@@ -1315,21 +1315,30 @@ static bool mdb_is_corrupt(int rc)
 	       rc == MDB_INCOMPATIBLE || rc == MDB_BAD_DBI;
 }
 
-static int dir_is_empty(int dirfd)
+/* A directory stream of @dirfd (a dup: closedir() leaves @dirfd open). */
+static int dir_stream(int dirfd, DIR **out)
 {
-	int fd = dup(dirfd);
-	struct dirent *de;
-	DIR *d;
-	int rc = 1;
+	int fd = dup(dirfd), rc;
 
 	if (fd < 0)
 		return -errno;
-	d = fdopendir(fd);
-	if (!d) {
-		rc = -errno;
-		close(fd);
+	*out = fdopendir(fd);
+	if (*out)
+		return 0;
+	rc = -errno;
+	close(fd);
+	return rc;
+}
+
+static int dir_is_empty(int dirfd)
+{
+	struct dirent *de;
+	DIR *d;
+	int rc = dir_stream(dirfd, &d);
+
+	if (rc)
 		return rc;
-	}
+	rc = 1;
 	while ((de = readdir(d)))
 		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
 			rc = 0;
@@ -1608,18 +1617,12 @@ static int check_meta(struct jnl *j, MDB_txn *txn,
  * is not ours: left alone. */
 static int staging_ids(struct jnl *j, struct jnl_u64set *ids)
 {
-	int fd = dup(j->datafd), rc = 0;
 	struct dirent *de;
 	DIR *d;
+	int rc = dir_stream(j->datafd, &d);
 
-	if (fd < 0)
-		return -errno;
-	d = fdopendir(fd);
-	if (!d) {
-		rc = -errno;
-		close(fd);
+	if (rc)
 		return rc;
-	}
 	while (!rc && (de = readdir(d))) {
 		char *end;
 		unsigned long long id;
