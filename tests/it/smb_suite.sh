@@ -488,7 +488,8 @@ agent_check() {
 		[ "$(cat "$d/$f")" = "$made" ] || { echo "$f: '$(cat "$d/$f")'"; bad=1; }
 	done
 	# nothing else: no file by other case, no conflict copy, no probe
-	f=$(cd "$d" && ls -a | grep -v '^\(\.\|\.\.\|tree\|tree2\|Same\.txt\|Pre[1-4]\.txt\)$' | head -n 5)
+	# (but .ferryfs/, the journal's marker)
+	f=$(cd "$d" && ls -a | grep -v '^\(\.\|\.\.\|\.ferryfs\|tree\|tree2\|Same\.txt\|Pre[1-4]\.txt\)$' | head -n 5)
 	[ -z "$f" ] || { echo "left on the share: $f"; bad=1; }
 	grep -q "conflicts: 0" "$W/agent-status.txt" ||
 		{ echo "conflicts in the status"; bad=1; }
@@ -632,7 +633,8 @@ cannot_check() {
 		echo "$mode: flush --wait failed"
 		rc=1
 	fi
-	left=$(cd "$SHARE_DIR/smb-cannot-$mode-$$" && ls -A | tr '\n' ' ')
+	# (.ferryfs/: the journal's marker, write-back only)
+	left=$(cd "$SHARE_DIR/smb-cannot-$mode-$$" && ls -A | grep -vx .ferryfs | tr '\n' ' ')
 	if [ "$left" != "d f g " ]; then
 		echo "$mode: the share holds '$left', not 'd f g '"
 		rc=1
