@@ -32,7 +32,7 @@ fi
 mkdir -p "$out/corpus"
 "$cc" -g -O1 -std=gnu11 -Wall -Wextra -Werror \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	-D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -I"$src/agent" \
+	-D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -I"$src/agent" -I"$src/util" \
 	"$src/tests/fuzz/fuzz_agent.c" "$src/agent/proto.c" \
 	"$src/agent/server.c" -lcrypto -lpthread -o "$out/fuzz_agent"
 

@@ -275,6 +275,8 @@ bad = []
 def walk(root):
     out = {}
     for d, dirs, files in os.walk(root):
+        if d == root and ".ferryfs" in dirs:  # the journal's marker
+            dirs.remove(".ferryfs")
         for n in dirs + files:
             p = os.path.join(d, n)
             out[os.path.relpath(p, root)] = os.lstat(p)
