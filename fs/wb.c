@@ -1492,6 +1492,22 @@ static void wb_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fuse_reply_err(req, fs->o->sync_remote ? -wait_remote(fs, h->id) : 0);
 }
 
+/* fsync or fsyncdir of what the journal does not hold: the namespace
+ * changes made so far are durable all the same (journal.c, DURABILITY),
+ * then write-through's @wt asks the share. */
+static void sync_unheld(fuse_req_t req, fuse_ino_t ino, int datasync,
+			struct fuse_file_info *fi,
+			void (*wt)(fuse_req_t, fuse_ino_t, int,
+				   struct fuse_file_info *))
+{
+	int rc = jnl_fsync_node(fs_of(req)->jnl, JNL_ROOT);
+
+	if (rc)
+		fuse_reply_err(req, -rc);
+	else
+		wt(req, ino, datasync, fi);
+}
+
 static void wb_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 		     struct fuse_file_info *fi)
 {
@@ -1500,14 +1516,7 @@ static void wb_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 	int rc;
 
 	if (!h->id) {
-		/* a file the journal does not hold: the namespace changes
-		 * made so far are durable all the same (journal.c,
-		 * DURABILITY), then the share's own fsync */
-		rc = jnl_fsync_node(fs->jnl, JNL_ROOT);
-		if (rc)
-			fuse_reply_err(req, -rc);
-		else
-			fs_wt_ops.fsync(req, ino, datasync, fi);
+		sync_unheld(req, ino, datasync, fi, fs_wt_ops.fsync);
 		return;
 	}
 	rc = h->pt ? fs_pt_mark(fs, h->id) : 0;
@@ -1734,11 +1743,7 @@ static void wb_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
 	int rc;
 
 	if (!id) {
-		rc = jnl_fsync_node(fs->jnl, JNL_ROOT); /* as wb_fsync() */
-		if (rc)
-			fuse_reply_err(req, -rc);
-		else
-			fs_wt_ops.fsyncdir(req, ino, datasync, fi);
+		sync_unheld(req, ino, datasync, fi, fs_wt_ops.fsyncdir);
 		return;
 	}
 	rc = jnl_fsync_node(fs->jnl, id);
