@@ -770,13 +770,37 @@ void jnl_hungry(struct jnl *j)
 	j->hungry = true;
 	/* work the flusher gave itself (the FINISH a chunk's release
 	 * appended, ops an acknowledgement let go) waits for the commit:
-	 * an idle flusher takes it now, not a period later */
-	if ((j->flusher_work || j->acks_unsynced) &&
-	    now - j->commit_end_ns >= (int64_t)JNL_HUNGRY_GAP_MS * 1000000) {
-		j->hurry = true;
+	 * an idle flusher takes it now, or JNL_HUNGRY_GAP_MS after the
+	 * last one (hungry_due()), not a period later */
+	if (j->flusher_work || j->acks_unsynced) {
+		if (now - j->commit_end_ns >=
+		    (int64_t)JNL_HUNGRY_GAP_MS * 1000000)
+			j->hurry = true;
 		pthread_cond_signal(&j->cond);
 	}
 	pthread_mutex_unlock(&j->lock);
+}
+
+/* The committer's wait for the next commit: true if a hungry flusher's
+ * work makes it due now, else @until is brought forward to when it is.
+ * Without it a flusher that ran dry within JNL_HUNGRY_GAP_MS of a commit
+ * waited out the whole period (100 ms) for the acks its next ops wait
+ * for (invariant 18): 10,000 small files flushed 12% slower. lock. */
+static bool hungry_due(struct jnl *j, struct timespec *until)
+{
+	int64_t at, till;
+
+	if (!j->hungry || !(j->flusher_work || j->acks_unsynced))
+		return false;
+	at = j->commit_end_ns + (int64_t)JNL_HUNGRY_GAP_MS * 1000000;
+	if (jnl_mono_ns() >= at)
+		return true;
+	till = (int64_t)until->tv_sec * 1000000000 + until->tv_nsec;
+	if (at < till) {
+		until->tv_sec = (time_t)(at / 1000000000);
+		until->tv_nsec = (long)(at % 1000000000);
+	}
+	return false;
 }
 
 int jnl_notify_set(struct jnl *j, jnl_notify_fn fn, void *arg)
@@ -1260,7 +1284,7 @@ static void *committer(void *arg)
 			continue;
 		}
 		mono_after(&until, (long)j->commit_ms);
-		while (!j->stop && !j->hurry &&
+		while (!j->stop && !j->hurry && !hungry_due(j, &until) &&
 		       pthread_cond_timedwait(&j->cond, &j->lock, &until) !=
 			       ETIMEDOUT)
 			;

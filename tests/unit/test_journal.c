@@ -1758,6 +1758,37 @@ static void test_journal__hungry_commits_the_flushers_own_work(void **state)
 	jnl_assert_sane(fx->j);
 }
 
+/* An ack the flusher's next op waits for (invariant 18) is committed
+ * JNL_HUNGRY_GAP_MS after the last commit when the flusher ran dry
+ * sooner than that, not a period later: with a 100 ms period that wait
+ * made 10,000 small files flush 12% slower. */
+static void test_journal__hungry_soon_after_a_commit_hurries(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_op ops[8];
+	jnl_id a;
+	int n = 0;
+
+	endless_period(fx);
+	a = mk_file(fx->j, JNL_ROOT, "a");
+	assert_rc_ok(jnl_rename(fx->j, JNL_ROOT, "a", JNL_ROOT, "b", 0));
+	assert_rc_ok(jnl_sync(fx->j));
+	assert_int_equal(jnl_ops_ready(fx->j, ops, 8), 1);
+	assert_int_equal(ops[0].type, JNL_OP_CREATE);
+	assert_rc_ok(jnl_op_ack(fx->j, ops[0].seq));
+	/* dry within the gap of jnl_sync()'s commit */
+	jnl_hungry(fx->j);
+	for (int i = 0; i < 300 && n == 0; i++) {
+		n = jnl_ops_ready(fx->j, ops, 8);
+		if (n == 0)
+			usleep(10000);
+	}
+	assert_int_equal(n, 1);
+	assert_int_equal(ops[0].type, JNL_OP_RENAME);
+	assert_int_equal(ops[0].id, a);
+	jnl_assert_sane(fx->j);
+}
+
 static void test_journal__write_while_inflight_stays_dirty(void **state)
 {
 	struct fx *fx = *state;
@@ -3579,6 +3610,7 @@ int main(void)
 		T(test_journal__ops_exchange),
 		T(test_journal__ops_same_name_in_order),
 		T(test_journal__ops_wait_for_durable_acks),
+		T(test_journal__hungry_soon_after_a_commit_hurries),
 		T(test_journal__damaged_journal_is_refused),
 		T(test_journal__parts_that_disagree_are_refused),
 		T(test_journal__creation_cut_short_resumes),
