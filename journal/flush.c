@@ -1732,16 +1732,49 @@ static int replay_symlink(struct stream *s, const struct jnl_node *n,
 	return rc ? rc : rmt_setattr(s->r, s->path, NULL, &sa);
 }
 
-static int replay_rename(struct stream *s, const struct jnl_op *op)
+/* An exchange is the one rename whose replay is not idempotent: sent
+ * again after a crash between the remote's answer and the ack, it swaps
+ * the two back. So the source's remote inode goes into the op durably
+ * before it is sent (jnl_op_exchange_mark()), and a replay that finds it
+ * at the target and another at the source has nothing to do (*@done). */
+static int exchange_prepare(struct stream *s, const struct jnl_op *op,
+			    bool *done, enum fault *fault)
+{
+	struct stat a, b;
+	int rc;
+
+	*done = false;
+	rc = rmt_stat(s->r, s->path, &a);
+	if (rc)
+		return rc;
+	if (op->xino) {
+		*done = (uint64_t)a.st_ino != op->xino &&
+			!rmt_stat(s->r, s->path2, &b) &&
+			(uint64_t)b.st_ino == op->xino;
+		return 0;
+	}
+	rc = jnl_op_exchange_mark(s->f->j, op->seq, (uint64_t)a.st_ino);
+	if (rc)
+		*fault = F_JOURNAL;
+	return rc;
+}
+
+static int replay_rename(struct stream *s, const struct jnl_op *op,
+			 enum fault *fault)
 {
 	unsigned int flags = 0;
 	struct stat st;
+	bool done;
 	int rc;
 
 	if (op->flags & RENAME_NOREPLACE)
 		flags |= RMT_RENAME_NOREPLACE;
-	if (op->flags & RENAME_EXCHANGE)
+	if (op->flags & RENAME_EXCHANGE) {
 		flags |= RMT_RENAME_EXCHANGE;
+		rc = exchange_prepare(s, op, &done, fault);
+		if (rc || done)
+			return rc;
+	}
 	rc = rmt_rename(s->r, s->path, s->path2, flags);
 	/* done before a crash: the source is gone, the target is there */
 	if (rc == -ENOENT && !(flags & RMT_RENAME_EXCHANGE) &&
@@ -2009,7 +2042,7 @@ static int replay_op(struct stream *s, const struct jnl_op *op,
 		rc = rmdir_settled(s);
 		return rc == -ENOENT ? 0 : rc;
 	case JNL_OP_RENAME:
-		return replay_rename(s, op);
+		return replay_rename(s, op, fault);
 	case JNL_OP_SETATTR:
 	case JNL_OP_FINISH:
 		return replay_attrs(s, op, &n, fault);

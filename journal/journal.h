@@ -580,6 +580,9 @@ struct jnl_op {
 	jnl_id parent, newparent;  /* the dentries involved */
 	char name[256], newname[256];
 	unsigned int flags;        /* rename flags; setattr enum jnl_set */
+	uint64_t xino;             /* RENAME_EXCHANGE: the remote inode at
+				      rpath(parent)/name before it was sent
+				      (jnl_op_exchange_mark()), 0 if never */
 };
 
 /* Hand out up to @max ops that may be replayed now (see "Op log"); an op
@@ -596,6 +599,13 @@ int jnl_ops_ready(struct jnl *j, struct jnl_op *out, int max);
  * drop the whiteout the op made.
  * Errors: -ENOENT (no such op), -EINVAL (not handed out). */
 int jnl_op_ack(struct jnl *j, uint64_t seq);
+/* The RENAME_EXCHANGE op @seq (handed out) is about to be sent, and the
+ * remote has inode @ino at its source: durable in the op before the
+ * remote sees it, so that its replay after a crash can tell the exchange
+ * done (the source has another inode, the target has @ino) from not done,
+ * and does not swap the two back. Errors: -ENOENT, -EINVAL (not handed
+ * out, not an exchange, @ino 0). */
+int jnl_op_exchange_mark(struct jnl *j, uint64_t seq, uint64_t ino);
 /* The op failed: back to pending (retried), or with @fatal marks its node
  * JNL_NODE_ERROR and drops it. Errors: as jnl_op_ack(). */
 int jnl_op_fail(struct jnl *j, uint64_t seq, bool fatal);

@@ -147,9 +147,15 @@ struct jnl_op_rec {
 	uint64_t id, parent, newparent;
 	uint64_t id2;     /* rename: the node at the target (exchanged or
 			     replaced), 0 if none */
-	uint64_t wseq;    /* create/symlink/mkdir: the whiteout its dentry
-			     replaced (the seq of the op that made it), 0 if
-			     none; restored if the create is cancelled */
+	union {
+		uint64_t wseq; /* create/symlink/mkdir: the whiteout its
+				  dentry replaced (the seq of the op that
+				  made it), 0 if none; restored if the
+				  create is cancelled */
+		uint64_t xino; /* rename with RENAME_EXCHANGE: the remote
+				  inode at the source before it was sent
+				  (jnl_op_exchange_mark()), 0 if never */
+	};
 };
 
 struct jnl_orec {

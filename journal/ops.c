@@ -265,27 +265,36 @@ static int nops_add(struct jnl_wtx *w, const struct jnl_op_rec *r, int delta)
 	return rc;
 }
 
-int jnl_op_append(struct jnl_wtx *w, const struct jnl_orec *o, uint64_t *seq)
+/* Write @o as op @seq (@flags: jnl_put()'s). */
+static int op_put(struct jnl_wtx *w, const struct jnl_orec *o, uint64_t seq,
+		  struct jnl_op_rec *r, unsigned int flags)
 {
 	unsigned char kb[8], buf[sizeof(o->r) + 2 * NAME_MAX];
-	struct jnl_op_rec r = o->r;
 	MDB_val k = { 8, kb }, v = { 0, buf };
+
+	*r = o->r;
+	r->version = JNL_OP_REC_VERSION;
+	r->name_len = (uint16_t)strlen(o->name);
+	r->newname_len = (uint16_t)strlen(o->newname);
+	memcpy(buf, r, sizeof(*r));
+	memcpy(buf + sizeof(*r), o->name, r->name_len);
+	memcpy(buf + sizeof(*r) + r->name_len, o->newname, r->newname_len);
+	v.mv_size = sizeof(*r) + r->name_len + r->newname_len;
+	jnl_be64_put(kb, seq);
+	return jnl_mdb(w->j, jnl_put(w->j, w->txn, w->j->db_ops, &k, &v,
+				     flags));
+}
+
+int jnl_op_append(struct jnl_wtx *w, const struct jnl_orec *o, uint64_t *seq)
+{
+	struct jnl_op_rec r;
 	int rc;
 
-	r.version = JNL_OP_REC_VERSION;
-	r.name_len = (uint16_t)strlen(o->name);
-	r.newname_len = (uint16_t)strlen(o->newname);
-	memcpy(buf, &r, sizeof(r));
-	memcpy(buf + sizeof(r), o->name, r.name_len);
-	memcpy(buf + sizeof(r) + r.name_len, o->newname, r.newname_len);
-	v.mv_size = sizeof(r) + r.name_len + r.newname_len;
 	*seq = w->m.next_seq++;
 	w->m.pending_ops++;
 	w->m_dirty = true;
 	w->wake = true; /* an op to replay */
-	jnl_be64_put(kb, *seq);
-	rc = jnl_mdb(w->j, jnl_put(w->j, w->txn, w->j->db_ops, &k, &v,
-				   MDB_NOOVERWRITE));
+	rc = op_put(w, o, *seq, &r, MDB_NOOVERWRITE);
 	return rc ? rc : nops_add(w, &r, 1);
 }
 
@@ -425,6 +434,8 @@ static void to_public(const struct jnl_orec *o, struct jnl_op *out)
 	memcpy(out->name, o->name, sizeof(out->name));
 	memcpy(out->newname, o->newname, sizeof(out->newname));
 	out->flags = o->r.flags;
+	if (o->r.type == JNL_OP_RENAME && (o->r.flags & RENAME_EXCHANGE))
+		out->xino = o->r.xino;
 }
 
 /* Keep @o as acknowledged in the open batch (op_end()). txn_lock. */
@@ -842,6 +853,38 @@ out_free:
 int jnl_op_ack(struct jnl *j, uint64_t seq)
 {
 	return op_end(j, seq, true, false);
+}
+
+int jnl_op_exchange_mark(struct jnl *j, uint64_t seq, uint64_t ino)
+{
+	struct jnl_op_rec r;
+	struct jnl_orec o;
+	struct jnl_wtx w;
+	int rc;
+
+	if (!ino)
+		return -EINVAL;
+	rc = jnl_wtx_begin(j, &w, false);
+	if (rc)
+		return rc;
+	rc = jnl_op_read(j, w.txn, seq, &o);
+	pthread_mutex_lock(&j->lock);
+	if (!rc && !jnl_u64set_has(&j->handed, seq))
+		rc = -EINVAL;
+	pthread_mutex_unlock(&j->lock);
+	if (!rc && (o.r.type != JNL_OP_RENAME ||
+		    !(o.r.flags & RENAME_EXCHANGE)))
+		rc = -EINVAL;
+	if (!rc) {
+		o.r.xino = ino;
+		rc = op_put(&w, &o, seq, &r, 0);
+	}
+	if (rc) {
+		jnl_wtx_abort(&w);
+		return rc;
+	}
+	w.sync = true; /* before the remote sees the exchange */
+	return jnl_wtx_commit(&w);
 }
 
 int jnl_op_fail(struct jnl *j, uint64_t seq, bool fatal)

@@ -225,4 +225,6 @@ KNOWN = {
                            ("rename", "A/n", "A/g")),
     "rename_chain_append": (("rename", "A/f", "A/n"), ("rename", "A/n", "B/f"),
                             ("rename", "B/f", "B/n"), ("append", "B/n")),
+    # done on the share, killed before its ack: the replay swapped back
+    "exchange_sent_not_acked": (("rename_exchange", "A/f", "A/g"),),
 }

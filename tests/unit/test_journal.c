@@ -2686,6 +2686,45 @@ static int sync_after_rename_ack(struct jnl *j)
 	return 0;
 }
 
+/* Killed after the exchange's mark, with the exchange sent (or not):
+ * the mark is durable and handed out again with the op. */
+static int crash_after_exchange_mark(struct jnl *j)
+{
+	struct jnl_op ops[8];
+	int n = jnl_ops_ready(j, ops, 8);
+
+	if (n != 1 || ops[0].xino ||
+	    jnl_op_exchange_mark(j, ops[0].seq, 0) != -EINVAL ||
+	    jnl_op_exchange_mark(j, ops[0].seq + 1, 77) == 0)
+		return -1;
+	return jnl_op_exchange_mark(j, ops[0].seq, 77);
+}
+
+/* An exchange's replay after a crash between the remote's answer and the
+ * ack must not swap the names back: the source's remote inode is in the
+ * op, durably, before the exchange is sent (flush.c exchange_prepare()). */
+static void test_journal__exchange_mark_survives_a_crash(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_op ops[8];
+	jnl_id f, g;
+
+	f = import(fx->j, JNL_ROOT, "f", S_IFREG | 0644, 60, 8);
+	g = import(fx->j, JNL_ROOT, "g", S_IFREG | 0644, 61, 8);
+	assert_rc_ok(jnl_rename(fx->j, JNL_ROOT, "f", JNL_ROOT, "g",
+				RENAME_EXCHANGE));
+	assert_rc_ok(jnl_sync(fx->j));
+	crash_child(fx, 60000, crash_after_exchange_mark);
+	assert_int_equal(jnl_ops_ready(fx->j, ops, 8), 1);
+	assert_int_equal(ops[0].type, JNL_OP_RENAME);
+	assert_int_equal(ops[0].id, f);
+	assert_int_equal(ops[0].xino, 77);
+	assert_rc_ok(jnl_op_ack(fx->j, ops[0].seq));
+	assert_rpath(fx->j, f, "g");
+	assert_rpath(fx->j, g, "f");
+	jnl_assert_sane(fx->j);
+}
+
 static void test_journal__ops_wait_for_durable_acks(void **state)
 {
 	struct fx *fx = *state;
@@ -3611,6 +3650,7 @@ int main(void)
 		T(test_journal__ops_same_name_in_order),
 		T(test_journal__ops_wait_for_durable_acks),
 		T(test_journal__hungry_soon_after_a_commit_hurries),
+		T(test_journal__exchange_mark_survives_a_crash),
 		T(test_journal__damaged_journal_is_refused),
 		T(test_journal__parts_that_disagree_are_refused),
 		T(test_journal__creation_cut_short_resumes),
