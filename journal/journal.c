@@ -180,9 +180,9 @@
  *   an exchange (the one op whose replay is not idempotent) is marked with
  *   its source's remote inode before it is sent (jnl_op_exchange_mark())
  *   and when it is acked, when writers wait for room and the change made
- *   flusher work, and after batch_max changes (SPACE). Then the next batch begins at
- *   once. A failed batch commit makes the journal FAILED: changes already
- *   answered are gone from memory.
+ *   flusher work, and after batch_max changes (SPACE). Then the next
+ *   batch begins at once. A failed batch commit makes the journal
+ *   FAILED: changes already answered are gone from memory.
  *
  * DURABILITY
  *

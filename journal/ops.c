@@ -267,19 +267,19 @@ static int nops_add(struct jnl_wtx *w, const struct jnl_op_rec *r, int delta)
 
 /* Write @o as op @seq (@flags: jnl_put()'s). */
 static int op_put(struct jnl_wtx *w, const struct jnl_orec *o, uint64_t seq,
-		  struct jnl_op_rec *r, unsigned int flags)
+		  unsigned int flags)
 {
 	unsigned char kb[8], buf[sizeof(o->r) + 2 * NAME_MAX];
+	struct jnl_op_rec r = o->r;
 	MDB_val k = { 8, kb }, v = { 0, buf };
 
-	*r = o->r;
-	r->version = JNL_OP_REC_VERSION;
-	r->name_len = (uint16_t)strlen(o->name);
-	r->newname_len = (uint16_t)strlen(o->newname);
-	memcpy(buf, r, sizeof(*r));
-	memcpy(buf + sizeof(*r), o->name, r->name_len);
-	memcpy(buf + sizeof(*r) + r->name_len, o->newname, r->newname_len);
-	v.mv_size = sizeof(*r) + r->name_len + r->newname_len;
+	r.version = JNL_OP_REC_VERSION;
+	r.name_len = (uint16_t)strlen(o->name);
+	r.newname_len = (uint16_t)strlen(o->newname);
+	memcpy(buf, &r, sizeof(r));
+	memcpy(buf + sizeof(r), o->name, r.name_len);
+	memcpy(buf + sizeof(r) + r.name_len, o->newname, r.newname_len);
+	v.mv_size = sizeof(r) + r.name_len + r.newname_len;
 	jnl_be64_put(kb, seq);
 	return jnl_mdb(w->j, jnl_put(w->j, w->txn, w->j->db_ops, &k, &v,
 				     flags));
@@ -287,15 +287,14 @@ static int op_put(struct jnl_wtx *w, const struct jnl_orec *o, uint64_t seq,
 
 int jnl_op_append(struct jnl_wtx *w, const struct jnl_orec *o, uint64_t *seq)
 {
-	struct jnl_op_rec r;
 	int rc;
 
 	*seq = w->m.next_seq++;
 	w->m.pending_ops++;
 	w->m_dirty = true;
 	w->wake = true; /* an op to replay */
-	rc = op_put(w, o, *seq, &r, MDB_NOOVERWRITE);
-	return rc ? rc : nops_add(w, &r, 1);
+	rc = op_put(w, o, *seq, MDB_NOOVERWRITE);
+	return rc ? rc : nops_add(w, &o->r, 1);
 }
 
 int jnl_op_delete(struct jnl_wtx *w, const struct jnl_orec *o)
@@ -786,6 +785,25 @@ static int ack_effects(struct jnl_wtx *w, const struct jnl_orec *o,
 	return jnl_fail(w->j, -EIO);
 }
 
+/* Begin the change @w about op @seq, read into @o: it must have been
+ * handed out by jnl_ops_ready() (-EINVAL). On error no change is open. */
+static int op_begin(struct jnl *j, uint64_t seq, struct jnl_wtx *w,
+		    struct jnl_orec *o)
+{
+	int rc = jnl_wtx_begin(j, w, false);
+
+	if (rc)
+		return rc;
+	rc = jnl_op_read(j, w->txn, seq, o);
+	pthread_mutex_lock(&j->lock);
+	if (!rc && !jnl_u64set_has(&j->handed, seq))
+		rc = -EINVAL;
+	pthread_mutex_unlock(&j->lock);
+	if (rc)
+		jnl_wtx_abort(w);
+	return rc;
+}
+
 static int op_end(struct jnl *j, uint64_t seq, bool ack, bool fatal)
 {
 	struct jnl_nrec *a = malloc(2 * sizeof(*a));
@@ -795,18 +813,9 @@ static int op_end(struct jnl *j, uint64_t seq, bool ack, bool fatal)
 
 	if (!a)
 		return -ENOMEM;
-	rc = jnl_wtx_begin(j, &w, false);
+	rc = op_begin(j, seq, &w, &o);
 	if (rc)
 		goto out_free;
-	rc = jnl_op_read(j, w.txn, seq, &o);
-	if (rc)
-		goto out_abort;
-	pthread_mutex_lock(&j->lock);
-	if (!jnl_u64set_has(&j->handed, seq))
-		rc = -EINVAL; /* not handed out by jnl_ops_ready() */
-	pthread_mutex_unlock(&j->lock);
-	if (rc)
-		goto out_abort;
 	if (!ack && !fatal) {
 		jnl_wtx_abort(&w);
 		goto out_unhand;
@@ -857,27 +866,20 @@ int jnl_op_ack(struct jnl *j, uint64_t seq)
 
 int jnl_op_exchange_mark(struct jnl *j, uint64_t seq, uint64_t ino)
 {
-	struct jnl_op_rec r;
 	struct jnl_orec o;
 	struct jnl_wtx w;
 	int rc;
 
 	if (!ino)
 		return -EINVAL;
-	rc = jnl_wtx_begin(j, &w, false);
+	rc = op_begin(j, seq, &w, &o);
 	if (rc)
 		return rc;
-	rc = jnl_op_read(j, w.txn, seq, &o);
-	pthread_mutex_lock(&j->lock);
-	if (!rc && !jnl_u64set_has(&j->handed, seq))
-		rc = -EINVAL;
-	pthread_mutex_unlock(&j->lock);
-	if (!rc && (o.r.type != JNL_OP_RENAME ||
-		    !(o.r.flags & RENAME_EXCHANGE)))
+	if (o.r.type != JNL_OP_RENAME || !(o.r.flags & RENAME_EXCHANGE))
 		rc = -EINVAL;
 	if (!rc) {
 		o.r.xino = ino;
-		rc = op_put(&w, &o, seq, &r, 0);
+		rc = op_put(&w, &o, seq, 0);
 	}
 	if (rc) {
 		jnl_wtx_abort(&w);

@@ -169,6 +169,20 @@ static int ready(struct jnl *j, struct jnl_op *ops, int max)
 	return jnl_ops_ready(j, ops, max);
 }
 
+/* jnl_ops_ready() polled every 10 ms, @tries times at most, until it
+ * hands something out: what a commit of the committer's lets go. */
+static int ready_within(struct jnl *j, struct jnl_op *ops, int max, int tries)
+{
+	int n = 0;
+
+	for (int i = 0; i < tries && n == 0; i++) {
+		n = jnl_ops_ready(j, ops, max);
+		if (n == 0)
+			usleep(10000);
+	}
+	return n;
+}
+
 /* Hand out everything ready and ack it, until nothing is pending. */
 static void ack_everything(struct jnl *j)
 {
@@ -1736,7 +1750,6 @@ static void test_journal__hungry_commits_the_flushers_own_work(void **state)
 	struct jnl_chunk_ref c;
 	struct jnl_op ops[8];
 	jnl_id f;
-	int n = 0;
 
 	endless_period(fx);
 	f = flushable_file(fx, "f", 1);
@@ -1746,12 +1759,7 @@ static void test_journal__hungry_commits_the_flushers_own_work(void **state)
 	usleep(50000);
 	assert_int_equal(jnl_ops_ready(fx->j, ops, 8), 0);
 	jnl_hungry(fx->j);
-	for (int i = 0; i < 500 && n == 0; i++) {
-		n = jnl_ops_ready(fx->j, ops, 8);
-		if (n == 0)
-			usleep(10000);
-	}
-	assert_int_equal(n, 1);
+	assert_int_equal(ready_within(fx->j, ops, 8, 500), 1);
 	assert_int_equal(ops[0].type, JNL_OP_FINISH);
 	assert_int_equal(ops[0].id, f);
 	assert_rc_ok(jnl_op_ack(fx->j, ops[0].seq));
@@ -1767,7 +1775,6 @@ static void test_journal__hungry_soon_after_a_commit_hurries(void **state)
 	struct fx *fx = *state;
 	struct jnl_op ops[8];
 	jnl_id a;
-	int n = 0;
 
 	endless_period(fx);
 	a = mk_file(fx->j, JNL_ROOT, "a");
@@ -1778,12 +1785,7 @@ static void test_journal__hungry_soon_after_a_commit_hurries(void **state)
 	assert_rc_ok(jnl_op_ack(fx->j, ops[0].seq));
 	/* dry within the gap of jnl_sync()'s commit */
 	jnl_hungry(fx->j);
-	for (int i = 0; i < 300 && n == 0; i++) {
-		n = jnl_ops_ready(fx->j, ops, 8);
-		if (n == 0)
-			usleep(10000);
-	}
-	assert_int_equal(n, 1);
+	assert_int_equal(ready_within(fx->j, ops, 8, 300), 1);
 	assert_int_equal(ops[0].type, JNL_OP_RENAME);
 	assert_int_equal(ops[0].id, a);
 	jnl_assert_sane(fx->j);
