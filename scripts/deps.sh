@@ -9,8 +9,9 @@
 #
 # Usage: scripts/deps.sh [--test] [EXTRA_PACKAGE...]
 #   --test  also the servers the tests bring up in network namespaces
-#           (nfs-ganesha, samba, iperf3); the demo does not need them, and
-#           on a plain Debian installing them starts their services
+#           (nfs-ganesha, samba, iperf3; the demo does not need them, and
+#           on a plain Debian installing them starts their services), and
+#           the packaging tests' tools (mandoc, man-db: tests/pkg/)
 set -euo pipefail
 
 PACKAGES=(
@@ -29,6 +30,7 @@ PACKAGES=(
 if [[ "${1:-}" == --test ]]; then
 	shift
 	PACKAGES+=(nfs-ganesha nfs-ganesha-vfs rpcbind samba smbclient iperf3)
+	PACKAGES+=(mandoc man-db)
 fi
 PACKAGES+=("$@")
 
