@@ -648,10 +648,14 @@ def plan(args):
         for name, ops in W.KNOWN.items():
             pts = points_for(rng, args)
             if args.slice != "full":
-                pts = [p for p in pts if p.startswith(
-                    ("op_before_ack:%d" % len(ops), "op_before_ack:2",
-                     "op_before_ack:3", "op_acked:2", "kill:",
-                     "killmid:"))][:5]
+                # the points around the last op's ack first: an op
+                # done on the share and its ack lost, or not committed
+                last = ("op_before_ack:%d" % len(ops),
+                        "op_acked:%d" % len(ops))
+                pts = ([p for p in pts if p in last] +
+                       [p for p in pts if p not in last and p.startswith(
+                           ("op_before_ack:2", "op_before_ack:3",
+                            "op_acked:2", "kill:", "killmid:"))])[:6]
             out += [(ops, p) for p in pts]
     if args.slice == "known":
         return out
