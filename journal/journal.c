@@ -177,10 +177,11 @@
  *   period (JNL_COMMIT_MS) ends after a change, on jnl_sync() and
  *   jnl_fsync_node() (a directory's too), when a claim needs it durable
  *   (invariant 16), when a truncate would throw staging bytes away, when
- *   an exchange (the one op whose replay is not idempotent) is marked with
- *   its source's remote inode before it is sent (jnl_op_exchange_mark())
- *   and when it is acked, when writers wait for room and the change made
- *   flusher work, and after batch_max changes (SPACE). Then the next
+ *   an exchange (the one op whose replay is not idempotent) is marked
+ *   with its source's remote inode before it is sent
+ *   (jnl_op_exchange_mark(); its ack then needs no commit of its own),
+ *   when writers wait for room and the change made flusher work, and
+ *   after batch_max changes (SPACE). Then the next
  *   batch begins at once. A failed batch commit makes the journal
  *   FAILED: changes already answered are gone from memory.
  *

@@ -821,11 +821,9 @@ static int op_end(struct jnl *j, uint64_t seq, bool ack, bool fatal)
 		goto out_unhand;
 	}
 	if (ack) {
+		/* an exchange's ack waits for the batch like any other: its
+		 * replay finds the mark (jnl_op_exchange_mark()) done */
 		rc = ack_effects(&w, &o, &a[0], &a[1]);
-		/* the one op whose replay is not idempotent: its ack is made
-		 * durable at once, so that a crash cannot replay it */
-		w.sync = o.r.type == JNL_OP_RENAME &&
-			 (o.r.flags & RENAME_EXCHANGE);
 	} else {
 		rc = jnl_node_read(j, w.txn, o.r.id, &a[0]);
 		if (!rc) {
