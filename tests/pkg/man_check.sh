@@ -128,19 +128,21 @@ fi
 
 # missing LIST DOCUMENTED: the lines of LIST not in DOCUMENTED
 missing() { comm -23 "$1" "$2" | tr '\n' ' ' | sed 's/ $//'; }
+# none_missing NAME WHAT LIST DOCUMENTED: ok NAME when every line of LIST
+# is in DOCUMENTED, else not ok with WHAT: the lines that are not
+none_missing() {
+	m=$(missing "$3" "$4")
+	if [ -z "$m" ]; then ok "$1"; else notok "$1" "$2: $m"; fi
+}
 
-m=$(missing "$T/help.opts" "$T/man.opts")
-[ -z "$m" ] && ok "ferryfs.8 documents every option of ferryfs --help" ||
-	notok "ferryfs.8 documents every option of ferryfs --help" "missing: $m"
-m=$(missing "$T/src.opts" "$T/man.opts")
-[ -z "$m" ] && ok "ferryfs.8 documents every option of fs/opts.c" ||
-	notok "ferryfs.8 documents every option of fs/opts.c" "missing: $m"
-m=$(missing "$T/help.fuseopts" "$T/man.opts")
-[ -z "$m" ] && ok "ferryfs.8 documents libfuse's options of --help" ||
-	notok "ferryfs.8 documents libfuse's options of --help" "missing: $m"
-m=$(missing "$T/help.cmds" "$T/man.cmds")
-[ -z "$m" ] && ok "ferryfs.8 documents every command" ||
-	notok "ferryfs.8 documents every command" "missing: $m"
+none_missing "ferryfs.8 documents every option of ferryfs --help" missing \
+	"$T/help.opts" "$T/man.opts"
+none_missing "ferryfs.8 documents every option of fs/opts.c" missing \
+	"$T/src.opts" "$T/man.opts"
+none_missing "ferryfs.8 documents libfuse's options of --help" missing \
+	"$T/help.fuseopts" "$T/man.opts"
+none_missing "ferryfs.8 documents every command" missing \
+	"$T/help.cmds" "$T/man.cmds"
 m=
 for f in $(cat "$T/help.cmdflags"); do
 	grep -qF "Fl \\${f#-}" "$SRC/man/ferryfs.8" || m="$m $f"
@@ -149,9 +151,8 @@ done
 	notok "ferryfs.8 documents the commands' flags" "missing:$m"
 printf '%s\n' $LIBFUSE_MOUNT_OPTS | cat - "$T/help.opts" "$T/src.opts" \
 	"$T/help.fuseopts" | sort -u >"$T/known"
-m=$(missing "$T/man.opts" "$T/known")
-[ -z "$m" ] && ok "ferryfs.8 documents no option ferryfs does not take" ||
-	notok "ferryfs.8 documents no option ferryfs does not take" "unknown: $m"
+none_missing "ferryfs.8 documents no option ferryfs does not take" unknown \
+	"$T/man.opts" "$T/known"
 
 # --- what ferry-agent takes ---------------------------------------------------
 "$AGENT" --help >"$T/ahelp" 2>&1 || notok "ferry-agent --help" "exit $?"
@@ -165,15 +166,13 @@ if [ "$(wc -l <"$T/ahelp.opts")" -lt 5 ] || [ "$(wc -l <"$T/asrc.opts")" -lt 5 ]
 else
 	ok "ferry-agent: $(wc -l <"$T/ahelp.opts") options in --help, $(wc -l <"$T/asrc.opts") in agent/main.c"
 fi
-m=$(missing "$T/ahelp.opts" "$T/aman.opts")
-[ -z "$m" ] && ok "ferry-agent.8 documents every option of --help" ||
-	notok "ferry-agent.8 documents every option of --help" "missing: $m"
-m=$(missing "$T/asrc.opts" "$T/aman.opts")
-[ -z "$m" ] && ok "ferry-agent.8 documents every option of agent/main.c" ||
-	notok "ferry-agent.8 documents every option of agent/main.c" "missing: $m"
-m=$(cat "$T/ahelp.opts" "$T/asrc.opts" | sort -u | missing "$T/aman.opts" -)
-[ -z "$m" ] && ok "ferry-agent.8 documents no option ferry-agent does not take" ||
-	notok "ferry-agent.8 documents no option ferry-agent does not take" "unknown: $m"
+none_missing "ferry-agent.8 documents every option of --help" missing \
+	"$T/ahelp.opts" "$T/aman.opts"
+none_missing "ferry-agent.8 documents every option of agent/main.c" missing \
+	"$T/asrc.opts" "$T/aman.opts"
+sort -u "$T/ahelp.opts" "$T/asrc.opts" >"$T/aknown"
+none_missing "ferry-agent.8 documents no option ferry-agent does not take" \
+	unknown "$T/aman.opts" "$T/aknown"
 
 echo "$((n - nfail)) passed, $nfail failed"
 [ "$nfail" = 0 ]
