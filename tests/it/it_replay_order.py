@@ -44,21 +44,28 @@ def rename(a, b, flags):
 
 
 def mounted(m):
-    with open('/proc/self/mountinfo') as f:
-        return any(line.split()[4] == m for line in f)
+    # bytes: another test's mount point may be no UTF-8 (it_ctl_json's is)
+    want = os.fsencode(m)
+    with open('/proc/self/mountinfo', 'rb') as f:
+        return any(line.split()[4] == want for line in f)
 
 
 def mount(r, m, j, c, log):
     p = subprocess.Popen([FERRYFS, 'mount', r, m, '-f', '-o',
                           f'journal={j},cache={c}'], stdout=log, stderr=log)
-    for _ in range(250):
-        if mounted(m):
-            return p
-        if p.poll() is not None:
-            break
-        time.sleep(0.02)
-    p.kill()
-    raise RuntimeError('the mount did not come up')
+    try:
+        for _ in range(250):
+            if mounted(m):
+                return p
+            if p.poll() is not None:
+                break
+            time.sleep(0.02)
+        raise RuntimeError('the mount did not come up')
+    except BaseException:
+        p.kill()
+        p.wait()
+        subprocess.run(['fusermount3', '-u', m], stderr=subprocess.DEVNULL)
+        raise
 
 
 def read(path):
@@ -88,7 +95,8 @@ def one(flags, t):
                            stderr=subprocess.DEVNULL)
         p = mount(r, m, j, c, log)
         fl = subprocess.run([FERRYFS, 'flush', m, '--wait'],
-                            capture_output=True, text=True)
+                            capture_output=True, text=True,
+                            errors='replace')
         subprocess.run(['fusermount3', '-u', m])
         p.wait()
     got = (read(os.path.join(r, 'a')), read(os.path.join(r, 'b')))
