@@ -2176,7 +2176,9 @@ int jnl_chunk_claimed(struct jnl *j, const struct jnl_chunk_ref *c)
 		return rc;
 	rc = jnl_chunk_get(j, txn, c->id, c->index, &cr);
 	jnl_rtx_end(j);
-	if (!rc && jnl_claim_stale(&cr, c))
+	/* a truncate that shortened it keeps its generation: what was read
+	 * for the claim is longer than the chunk now (invariant 19) */
+	if (!rc && (jnl_claim_stale(&cr, c) || cr.length != c->length))
 		rc = -ENOENT;
 	return rc;
 }

@@ -90,7 +90,9 @@
  *     is not in s->writing: its bytes are on the remote already (a gate
  *     waiting for it while its stream waited in writing_begin() for that
  *     gate's sizing was a deadlock), and a truncate of it in the journal
- *     meanwhile makes its release stale.
+ *     meanwhile makes its release stale. The size "now" is not the op's:
+ *     a shrink since it left JNL_NODE_CUT, and the replay cuts the remote
+ *     at remote_cut before it sets the size (journal.c invariant 19).
  *  6. An op taken from the queue ends in exactly one of jnl_op_ack(),
  *     jnl_op_fail(fatal) (permanent remote error: logged once with its
  *     path) or jnl_op_fail(retry); ops still queued at stop are failed for
@@ -221,6 +223,8 @@ struct stream {
 		jnl_id id;
 		uint64_t size;
 		struct timespec mtime;
+		bool cut;              /* and its cut (jnl_node_cut_done()) */
+		uint64_t rcut;
 	} batch_base[OPQ_BATCH];
 	unsigned char *buf, *vbuf;     /* chunk size each; vbuf if verifying */
 	struct handle h[HANDLE_MAX];
@@ -1794,6 +1798,7 @@ static int replay_attrs(struct stream *s, const struct jnl_op *op,
 	unsigned int set = 0;
 	struct rmt_setattr sa;
 	struct jnl_node now;
+	bool cut;
 	int rc;
 
 	if (op->type == JNL_OP_FINISH) {
@@ -1871,8 +1876,22 @@ static int replay_attrs(struct stream *s, const struct jnl_op *op,
 	}
 	if (op->type == JNL_OP_FINISH)
 		handle_drop(s, n->id); /* nothing touches it after the times */
+	cut = (set & RMT_SET_SIZE) && S_ISREG(n->mode) &&
+	      (n->flags & JNL_NODE_CUT);
+	rc = 0;
+	if (cut && n->remote_cut < n->size) { /* at the size: one call */
+		/* shrunk here: the share's bytes past the shrink (its own,
+		 * or chunks flushed before) go before the size is set, or
+		 * a later grow would show them where the mount has zeros
+		 * (journal.c invariant 19); again after a crash: the same */
+		memset(&sa, 0, sizeof(sa));
+		sa.set = RMT_SET_SIZE;
+		sa.size = (off_t)n->remote_cut;
+		rc = rmt_setattr(s->r, s->path, NULL, &sa);
+	}
 	sa = attrs_of(s, n, set);
-	rc = rmt_setattr(s->r, s->path, NULL, &sa);
+	if (!rc)
+		rc = rmt_setattr(s->r, s->path, NULL, &sa);
 	if (!rc && S_ISREG(n->mode) && (set & RMT_SET_SIZE)) {
 		/* FINISH, or a truncate (which sets the times too): the
 		 * remote has the node's size and mtime, the new base, taken
@@ -1883,9 +1902,14 @@ static int replay_attrs(struct stream *s, const struct jnl_op *op,
 			s->batch_base[s->batch_at].id = n->id;
 			s->batch_base[s->batch_at].size = n->size;
 			s->batch_base[s->batch_at].mtime = n->mtime;
+			s->batch_base[s->batch_at].cut = cut;
+			s->batch_base[s->batch_at].rcut = n->remote_cut;
 		} else {
 			rc = jnl_node_send_done(f->j, n->id, n->size,
 						&n->mtime);
+			if (!rc && cut)
+				rc = jnl_node_cut_done(f->j, n->id,
+						       n->remote_cut);
 			if (rc)
 				*fault = F_JOURNAL;
 		}
@@ -2223,6 +2247,10 @@ static void replay_batch_part(struct stream *s, struct jnl_op *ops, int n,
 			rc[i] = jnl_node_send_done(f->j, s->batch_base[i].id,
 						   s->batch_base[i].size,
 						   &s->batch_base[i].mtime);
+			if (!rc[i] && s->batch_base[i].cut)
+				rc[i] = jnl_node_cut_done(
+					f->j, s->batch_base[i].id,
+					s->batch_base[i].rcut);
 			if (rc[i])
 				fault[i] = F_JOURNAL;
 		}

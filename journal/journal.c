@@ -143,6 +143,20 @@
  *     after a crash no older op replays over a newer one's effect on the
  *     remote: whatever the remote saw of a dependent op, the journal has
  *     the ack it came after.
+ * 19. A shrink of a file the remote has (jnl_setattr() to a size below
+ *     the size it had, node not LOCAL) sets JNL_NODE_CUT with rcut = the
+ *     lowest such size since, in the change of the truncate and its
+ *     SETATTR op. While CUT, the node is not claimable: no chunk of it
+ *     goes out. The next size replay (that SETATTR, or a FINISH) first
+ *     sets the remote's size to rcut, then the node's size; then
+ *     jnl_node_cut_done() clears CUT unless rcut moved meanwhile. So the
+ *     remote's bytes past a shrink (its own, or chunks flushed before it)
+ *     are gone before a grow could expose them: in [rvalid, size), bytes
+ *     without a chunk record are zeros on the remote as in the merged
+ *     view. A claim taken before the shrink is stale or shortened
+ *     (jnl_chunk_claimed() compares the length too) and is not written;
+ *     a chunk written before it is cut. Replayed after a crash, the cut
+ *     is the same: nothing of the node was flushed in between.
  *
  * BATCHES
  *

@@ -250,6 +250,10 @@ enum jnl_node_flags {
 	JNL_NODE_CONFLICT = 1 << 6,   /* a conflict copy: the local version of
 					 a file the share changed meanwhile
 					 (jnl_node_conflict()) */
+	JNL_NODE_CUT = 1 << 7,        /* shrunk here: the remote's bytes from
+					 remote_cut on are not its content;
+					 no chunk goes out until a size replay
+					 cut them (jnl_node_cut_done()) */
 };
 
 /*
@@ -300,6 +304,9 @@ struct jnl_node {
 	uint64_t base_seq;
 	/* bytes [0, remote_valid) not held by the journal are the remote's */
 	uint64_t remote_valid;
+	/* JNL_NODE_CUT: the lowest size a shrink gave it since the share's
+	 * copy was last cut */
+	uint64_t remote_cut;
 };
 
 /* Read a node; size and mtime include writes not committed yet.
@@ -538,9 +545,10 @@ static inline bool jnl_digest_known(const unsigned char sha256[32])
 	return false;
 }
 
-/* Is claim @c still the chunk's (INFLIGHT, claimed at c->generation)? 0,
- * or -ENOENT when it went stale (a conflict conversion or a truncate took
- * the chunk back, recovery reclaimed it): what was read for it may be
+/* Is claim @c still the chunk's (INFLIGHT, claimed at c->generation, of
+ * c->length)? 0, or -ENOENT when it went stale (a conflict conversion or
+ * a truncate took the chunk back or shortened it, recovery reclaimed
+ * it): what was read for it may be
  * another version's bytes, or none (the staging of a chunk flushed since
  * is given back), so nothing of it may be written. A flusher calls it
  * after reading the chunk, before writing it. */
@@ -730,6 +738,11 @@ int jnl_node_send_begin(struct jnl *j, jnl_id id, uint64_t seq,
  * Errors: -ENOENT, -EIO. */
 int jnl_node_send_done(struct jnl *j, jnl_id id, uint64_t size,
 		       const struct timespec *mtime);
+/* A size replay of @id cut the remote file at @rcut (the node's
+ * remote_cut, read with JNL_NODE_CUT set) before setting its size: unless
+ * a shrink lowered remote_cut meanwhile, JNL_NODE_CUT is cleared and its
+ * chunks are claimable again (journal.c invariant 19). Errors: -EIO. */
+int jnl_node_cut_done(struct jnl *j, jnl_id id, uint64_t rcut);
 
 /*
  * The conversion of a conflict, in one transaction: node @id (base SET

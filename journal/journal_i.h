@@ -63,11 +63,12 @@ struct jnl_meta_rec {
 	uint64_t pending_ops; /* records in ops */
 };
 
-#define JNL_NODE_REC_VERSION 2
+#define JNL_NODE_REC_VERSION 3
 /* nodes: id (be64) -> struct jnl_node_rec, then rname, then the symlink
  * target (rname_len and target_len bytes, no NULs). Version 1 records
- * (JNL_NODE_REC_V1_SIZE bytes, no base fields) are read as version 2 with
- * no base (JNL_BASE_NONE); every write writes version 2. */
+ * (JNL_NODE_REC_V1_SIZE bytes, no base fields) are read with no base
+ * (JNL_BASE_NONE), version 2 ones (JNL_NODE_REC_V2_SIZE, no rcut) with
+ * no cut; every write writes version 3. */
 struct jnl_node_rec {
 	uint16_t version;    /* JNL_NODE_REC_VERSION */
 	uint16_t rname_len;  /* name on the remote, in rparent (LOCAL: the
@@ -97,9 +98,13 @@ struct jnl_node_rec {
 	int64_t bmtime_sec;
 	uint64_t bsize;
 	uint64_t bseq;       /* bumped at every change of the base fields */
+	/* version 3: JNL_NODE_CUT set, the remote's bytes from rcut on are
+	 * not the merged content's (journal.c invariant 19) */
+	uint64_t rcut;
 };
 
 #define JNL_NODE_REC_V1_SIZE offsetof(struct jnl_node_rec, bstate)
+#define JNL_NODE_REC_V2_SIZE offsetof(struct jnl_node_rec, rcut)
 
 /* A node record decoded with its variable tail. */
 struct jnl_nrec {
@@ -623,7 +628,8 @@ static inline bool jnl_claim_stale(const struct jnl_chunk_rec *r,
 
 static inline bool jnl_node_claimable(const struct jnl_node_rec *r)
 {
-	return !(r->flags & (JNL_NODE_LOCAL | JNL_NODE_UNLINKED));
+	return !(r->flags & (JNL_NODE_LOCAL | JNL_NODE_UNLINKED |
+			     JNL_NODE_CUT));
 }
 void jnl_now(struct timespec *ts);
 int jnl_name_check(const char *name);

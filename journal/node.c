@@ -80,9 +80,12 @@ int jnl_node_read(struct jnl *j, MDB_txn *txn, jnl_id id, struct jnl_nrec *n)
 		goto bad;
 	memset(&n->r, 0, sizeof(n->r));
 	memcpy(&n->r, v.mv_data, JNL_NODE_REC_V1_SIZE);
-	if (n->r.version == 1) /* no base: JNL_BASE_NONE */
+	if (n->r.version == 1) { /* no base: JNL_BASE_NONE */
 		head = JNL_NODE_REC_V1_SIZE;
-	else if (n->r.version == JNL_NODE_REC_VERSION &&
+	} else if (n->r.version == 2 && v.mv_size >= JNL_NODE_REC_V2_SIZE) {
+		head = JNL_NODE_REC_V2_SIZE; /* no cut */
+		memcpy(&n->r, v.mv_data, head);
+	} else if (n->r.version == JNL_NODE_REC_VERSION &&
 		 v.mv_size >= sizeof(n->r))
 		memcpy(&n->r, v.mv_data, sizeof(n->r));
 	else
@@ -600,6 +603,7 @@ static void to_public(jnl_id id, const struct jnl_node_rec *r,
 	ts_get(&out->base_mtime, r->bmtime_sec, r->bmtime_nsec);
 	out->base_seq = r->bseq;
 	out->remote_valid = r->rvalid;
+	out->remote_cut = r->rcut;
 }
 
 int jnl_node_get(struct jnl *j, jnl_id id, struct jnl_node *out)
@@ -1379,6 +1383,18 @@ int jnl_setattr(struct jnl *j, jnl_id id, unsigned int set,
 		jnl_pnode_merge(&pn, &n->r);
 		if (attr->size != n->r.size)
 			touch(&n->r, true);
+		if (attr->size < n->r.size && !(n->r.flags & JNL_NODE_LOCAL)) {
+			/* invariant 19: the share's bytes past the new size
+			 * are cut before any chunk goes out again */
+			if (jnl_node_claimable(&n->r))
+				rc = jnl_chunks_enqueue(&w, id, n, false);
+			if (rc)
+				goto out_abort;
+			if (!(n->r.flags & JNL_NODE_CUT) ||
+			    attr->size < n->r.rcut)
+				n->r.rcut = attr->size;
+			n->r.flags |= JNL_NODE_CUT;
+		}
 		rc = jnl_chunks_truncate(&w, id, n, attr->size);
 		if (rc)
 			goto out_abort;
@@ -1505,6 +1521,42 @@ int jnl_node_send_done(struct jnl *j, jnl_id id, uint64_t size,
 	ts_set(&n->r.bmtime_sec, &n->r.bmtime_nsec, mtime);
 	n->r.bseq++;
 	rc = jnl_node_write(j, w.txn, id, n);
+	if (rc)
+		jnl_wtx_abort(&w);
+	else
+		rc = jnl_wtx_commit(&w);
+out_free:
+	free(n);
+	return rc;
+}
+
+int jnl_node_cut_done(struct jnl *j, jnl_id id, uint64_t rcut)
+{
+	struct jnl_nrec *n = malloc(sizeof(*n));
+	struct jnl_wtx w;
+	int rc;
+
+	if (!n)
+		return -ENOMEM;
+	rc = jnl_wtx_begin(j, &w, false);
+	if (rc)
+		goto out_free;
+	rc = jnl_node_read(j, w.txn, id, n);
+	if (rc == -ENOENT || (!rc && (!(n->r.flags & JNL_NODE_CUT) ||
+				      n->r.rcut != rcut))) {
+		/* gone, or shrunk lower meanwhile: a later replay cuts */
+		jnl_wtx_abort(&w);
+		rc = 0;
+		goto out_free;
+	}
+	if (!rc) {
+		n->r.flags &= ~(uint32_t)JNL_NODE_CUT;
+		n->r.rcut = 0;
+		if (jnl_node_claimable(&n->r))
+			rc = jnl_chunks_enqueue(&w, id, n, true);
+	}
+	if (!rc)
+		rc = jnl_node_write(j, w.txn, id, n);
 	if (rc)
 		jnl_wtx_abort(&w);
 	else
@@ -1735,11 +1787,14 @@ int jnl_node_conflict(struct jnl *j, jnl_id id, uint64_t seq,
 	rc = import_del(&w, x->r.base_dev, x->r.base_ino, id);
 	if (rc)
 		goto out_abort;
-	rc = jnl_chunks_enqueue(&w, id, x, false); /* out of dirtyq */
+	if (jnl_node_claimable(&x->r)) /* not CUT: out of dirtyq */
+		rc = jnl_chunks_enqueue(&w, id, x, false);
 	if (rc)
 		goto out_abort;
 	x->r.flags |= JNL_NODE_LOCAL | JNL_NODE_CONFLICT;
-	x->r.flags &= ~(uint32_t)JNL_NODE_SIZE_SET;
+	/* its create makes a new file: nothing of the share's to cut */
+	x->r.flags &= ~(uint32_t)(JNL_NODE_SIZE_SET | JNL_NODE_CUT);
+	x->r.rcut = 0;
 	rc = jnl_chunks_conflict(&w, id, x);
 	if (rc)
 		goto out_abort;

@@ -1158,6 +1158,56 @@ static void test_flush__truncate_sets_what_was_left_to_finish(void **state)
 	assert_int_equal(st.st_mode & 07777, 0600);
 }
 
+/* A shrink, then a grow: the bytes between read as zeros, and so must
+ * the share's. Replayed with the size the file has by then, the shrink
+ * kept the share's old bytes there (issue 36: [creat A/f; truncate A/f
+ * 3]): (a) an imported file cut to 0 and grown; (b) chunks flushed, the
+ * file cut below them and grown, with chunks written after the cut on
+ * both sides of it. */
+static void test_flush__shrink_then_grow_leaves_zeros(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_flush_config c = config(fx, 2, NULL);
+	size_t len = 2 * CS + 300, cut = 1000;
+	unsigned char *orig = pattern_new(len, 36), *want = calloc(1, len);
+	unsigned char x[500];
+	struct jnl_node a = attr(0);
+	jnl_id f, g;
+
+	assert_non_null(want);
+	host_write(fx, "imp.bin", orig, len);
+	f = import(fx, JNL_ROOT, "imp.bin", "imp.bin");
+	a.size = 0;
+	assert_rc_ok(jnl_setattr(fx->j, f, JNL_SET_SIZE, &a));
+	a.size = 3;
+	assert_rc_ok(jnl_setattr(fx->j, f, JNL_SET_SIZE, &a));
+	assert_rc_ok(jnl_sync(fx->j));
+	flush_all(fx, &c, NULL);
+	check_file(fx, "imp.bin", f, want, 3);
+
+	g = mk_file(fx->j, JNL_ROOT, "g", 0644);
+	assert_int_equal(jnl_write(fx->j, g, orig, len, 0), (ssize_t)len);
+	assert_rc_ok(jnl_sync(fx->j));
+	flush_all(fx, &c, NULL);
+	check_file(fx, "g", g, orig, len);
+	a.size = cut;
+	assert_rc_ok(jnl_setattr(fx->j, g, JNL_SET_SIZE, &a));
+	a.size = len;
+	assert_rc_ok(jnl_setattr(fx->j, g, JNL_SET_SIZE, &a));
+	memcpy(want, orig, cut);
+	memset(x, 'x', sizeof(x));
+	write_filled(fx, g, orig, cut, x, sizeof(x), 100);
+	memcpy(want + 100, x, sizeof(x));
+	assert_int_equal(jnl_write(fx->j, g, x, sizeof(x), (off_t)CS + 7),
+			 (ssize_t)sizeof(x));
+	memcpy(want + CS + 7, x, sizeof(x));
+	assert_rc_ok(jnl_sync(fx->j));
+	flush_all(fx, &c, NULL);
+	check_file(fx, "g", g, want, len);
+	free(orig);
+	free(want);
+}
+
 /* The child of a crash round: flush until killed. */
 static void crash_child(struct fx *fx)
 {
@@ -2048,6 +2098,7 @@ int main(void)
 		T(test_flush__finish_of_a_rewritten_file_keeps_holes),
 		T(test_flush__setattrs_before_the_data_cost_nothing),
 		T(test_flush__truncate_sets_what_was_left_to_finish),
+		T(test_flush__shrink_then_grow_leaves_zeros),
 		T(test_flush__bwlimit_caps_all_streams),
 		T(test_flush__pause_and_stop_put_chunks_back),
 		T(test_flush__crash_resumes_at_the_chunk),
