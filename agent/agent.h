@@ -216,6 +216,19 @@ int agent_handshake_agent(int fd, const struct agent_key *k, bool encrypt,
 			  struct agent_conn *c);
 void agent_conn_release(struct agent_conn *c);
 
+/*
+ * Liveness of a connected TCP socket, both sides: TCP_NODELAY, keepalive
+ * probes after AGENT_IDLE_S idle, and TCP_USER_TIMEOUT: a peer that
+ * stops answering at all (a partition: no reset, no error) fails the
+ * next read or write with -ETIMEDOUT within AGENT_DEAD_MS, whether data
+ * is in flight or the side waits for a reply. A slow agent still
+ * answers the probes (its kernel does), so a long fsync is not cut.
+ */
+#define AGENT_HANDSHAKE_MS 5000 /* the agent's side of the handshake */
+#define AGENT_IDLE_S 5
+#define AGENT_DEAD_MS 15000
+void agent_sock_live(int fd);
+
 /* Send one frame: header, payload (@n parts), tag. Returns 0 or -errno. */
 int agent_send(struct agent_conn *c, uint16_t type, const void *p1,
 	       size_t n1, const void *p2, size_t n2);

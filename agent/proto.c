@@ -16,6 +16,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -30,7 +32,7 @@
 
 #include "agent.h"
 
-#define HANDSHAKE_MS 10000 /* the whole handshake, each side */
+#define HANDSHAKE_MS 10000 /* the client's whole handshake */
 
 /* --- byte buffers ---------------------------------------------------------- */
 
@@ -628,6 +630,23 @@ static int write_iov(int fd, struct iovec *iov, int n)
 	return 0;
 }
 
+void agent_sock_live(int fd)
+{
+	int one = 1, idle = AGENT_IDLE_S, intvl = 2, cnt = 5;
+	unsigned int dead = AGENT_DEAD_MS;
+
+	/* best effort: a socket that is not TCP (a test's socketpair)
+	 * refuses them and works as before */
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	(void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl,
+			 sizeof(intvl));
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &dead,
+			 sizeof(dead));
+}
+
 static int write_full(int fd, const void *p, size_t n)
 {
 	struct iovec iov = { .iov_base = (void *)p, .iov_len = n };
@@ -747,7 +766,7 @@ int agent_handshake_agent(int fd, const struct agent_key *k, bool encrypt,
 	int rc;
 
 	conn_init(c, fd, true);
-	deadline = mono_ms() + HANDSHAKE_MS;
+	deadline = mono_ms() + AGENT_HANDSHAKE_MS;
 	rc = read_full(fd, hello, sizeof(hello), deadline);
 	if (rc)
 		return rc;

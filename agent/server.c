@@ -31,6 +31,13 @@
  * (shed_one()). Either way a connection that ends gives its fd back and
  * the next accept() works again.
  *
+ * CONNECTIONS: one still in its handshake (at most AGENT_HANDSHAKE_MS,
+ * agent.h) holds a place of its own: at most PRE_MAX of them, PRE_PEER
+ * from one address; past that a connection is closed at once. Only an
+ * authenticated one counts against max_conns, so idle or slow strangers
+ * cannot push the mount's streams off the agent. Refusals are logged at
+ * most once a second, with a count of those not logged (refuse_log()).
+ *
  * Errors: a request that fails gets its -errno in the reply; a malformed
  * frame gets -EPROTO and the connection is closed; a frame with a bad tag
  * or seq closes it at once. Nothing of a peer's input can crash it.
@@ -88,9 +95,13 @@ struct handle {
 	int fd;
 };
 
+#define PRE_MAX 32  /* connections in the handshake */
+#define PRE_PEER 16 /* of them from one address */
+
 struct conn {
 	struct agent_server *srv;
 	struct conn *next, *prev; /* in srv->conns, protected by srv->lock */
+	bool authed;              /* past the handshake; srv->lock */
 	int fd;
 	char peer[64];
 	struct agent_conn c;
@@ -115,8 +126,37 @@ struct agent_server {
 	pthread_mutex_t lock;
 	pthread_cond_t gone;    /* signalled when a connection ends */
 	struct conn *conns;     /* protected by lock */
-	unsigned int nconns;    /* protected by lock */
+	unsigned int nconns;    /* protected by lock: all of them */
+	unsigned int nauth;     /* of them authenticated (lock) */
+	time_t refuse_t;        /* refuse_log(): the second last logged */
+	unsigned long long refuse_n; /* refusals not logged since (lock) */
 };
+
+/* Log a refusal of @peer, at most one a second (a flood of strangers
+ * must not flood the log): the others are counted in the next line. */
+static void refuse_log(struct agent_server *s, const char *peer,
+		       const char *why)
+{
+	time_t now = time(NULL);
+	unsigned long long more = 0;
+	bool say = false;
+
+	pthread_mutex_lock(&s->lock);
+	if (now != s->refuse_t) {
+		say = true;
+		more = s->refuse_n;
+		s->refuse_t = now;
+		s->refuse_n = 0;
+	} else {
+		s->refuse_n++;
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (say && more)
+		LOG("%s: refused: %s (and %llu more refused, not logged)",
+		    peer, why, more);
+	else if (say)
+		LOG("%s: refused: %s", peer, why);
+}
 
 /* --- paths ------------------------------------------------------------------- */
 
@@ -727,8 +767,18 @@ static void serve(struct conn *k)
 	rc = agent_handshake_agent(k->fd, &k->srv->key, k->srv->encrypt,
 				   &k->c);
 	if (rc) {
-		LOG("%s: refused: %s", k->peer,
-		    rc == -EACCES ? "wrong key" : strerror(-rc));
+		refuse_log(k->srv, k->peer,
+			   rc == -EACCES ? "wrong key" : strerror(-rc));
+		return;
+	}
+	pthread_mutex_lock(&k->srv->lock);
+	if (k->srv->nauth < k->srv->max_conns) {
+		k->authed = true;
+		k->srv->nauth++;
+	}
+	pthread_mutex_unlock(&k->srv->lock);
+	if (!k->authed) {
+		refuse_log(k->srv, k->peer, "max_conns connections served");
 		return;
 	}
 	for (;;) {
@@ -776,15 +826,23 @@ static void serve(struct conn *k)
 	}
 }
 
-/* A connection on @fd (owned from here on), counted and listed; NULL if
- * max_conns are served already or out of memory (@fd is closed). */
+/* A connection on @fd (owned from here on), counted and listed, in its
+ * handshake; NULL if PRE_MAX are in theirs already, PRE_PEER of them
+ * from @peer, or out of memory (@fd is closed). */
 static struct conn *conn_new(struct agent_server *s, int fd,
 			     const char *peer)
 {
+	unsigned int pre = 0, from = 0;
 	struct conn *k = NULL;
 
 	pthread_mutex_lock(&s->lock);
-	if (s->nconns < s->max_conns)
+	for (struct conn *x = s->conns; x; x = x->next) {
+		if (x->authed)
+			continue;
+		pre++;
+		from += !strcmp(x->peer, peer);
+	}
+	if (pre < PRE_MAX && from < PRE_PEER)
 		k = calloc(1, sizeof(*k));
 	if (k) {
 		k->srv = s;
@@ -797,8 +855,13 @@ static struct conn *conn_new(struct agent_server *s, int fd,
 		s->nconns++;
 	}
 	pthread_mutex_unlock(&s->lock);
-	if (!k)
+	if (!k) {
 		close(fd);
+		refuse_log(s, peer, pre >= PRE_MAX || from >= PRE_PEER
+					    ? "too many connections in the "
+					      "handshake"
+					    : "out of memory");
+	}
 	return k;
 }
 
@@ -820,6 +883,8 @@ static void conn_end(struct conn *k)
 		k->next->prev = k->prev;
 	close(k->fd); /* under the lock: agent_server_free() shuts it down */
 	s->nconns--;
+	if (k->authed)
+		s->nauth--;
 	pthread_cond_broadcast(&s->gone);
 	pthread_mutex_unlock(&s->lock);
 	free(k); /* s may be gone from here on */
@@ -962,7 +1027,7 @@ int agent_server_run(struct agent_server *s)
 		struct sockaddr_storage sa;
 		socklen_t salen = sizeof(sa);
 		int fd = accept4(s->lfd, (struct sockaddr *)&sa, &salen,
-				 SOCK_CLOEXEC), one = 1;
+				 SOCK_CLOEXEC);
 		char peer[64];
 		pthread_attr_t at;
 		pthread_t t;
@@ -977,7 +1042,7 @@ int agent_server_run(struct agent_server *s)
 				continue;
 			return -errno;
 		}
-		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		agent_sock_live(fd);
 		if (getnameinfo((struct sockaddr *)&sa, salen, peer,
 				sizeof(peer), NULL, 0, NI_NUMERICHOST))
 			strcpy(peer, "?");

@@ -32,7 +32,8 @@ int agent_server_port(const struct agent_server *s);
 void agent_server_stop(struct agent_server *s);
 /* Serve one connected socket @fd (handshake, then requests until it ends)
  * in the calling thread; @fd is the server's from here on and closed
- * before it returns. -EBUSY if max_conns are served already. */
+ * before it returns. -EBUSY if too many connections are in their
+ * handshake (PRE_MAX, server.c). */
 int agent_server_serve_fd(struct agent_server *s, int fd);
 /* Ends every connection still served (shuts its socket down) and waits
  * for their threads, then frees. Call it after agent_server_run() has

@@ -123,7 +123,7 @@ static int tcp_connect(const char *host, const char *port)
 	rc = -EHOSTUNREACH;
 	for (p = ai; p && fd < 0; p = p->ai_next) {
 		struct pollfd pfd;
-		int one = 1, err = 0;
+		int err = 0;
 		socklen_t elen = sizeof(err);
 
 		fd = socket(p->ai_family, SOCK_STREAM | SOCK_CLOEXEC |
@@ -132,7 +132,7 @@ static int tcp_connect(const char *host, const char *port)
 			rc = -errno;
 			continue;
 		}
-		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		agent_sock_live(fd);
 		if (connect(fd, p->ai_addr, p->ai_addrlen) && errno !=
 								   EINPROGRESS) {
 			rc = -errno;

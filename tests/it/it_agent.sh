@@ -94,6 +94,7 @@ done
 
 W=
 AGENT_PID=
+AGENT2_PID=
 agent_no=0
 declare -A DPID=()  # mount tag -> daemon pid
 pass=0
@@ -130,10 +131,10 @@ cleanup() {
 		kill -KILL "${DPID[$t]}" 2>/dev/null
 		wait "${DPID[$t]}" 2>/dev/null
 	done
-	if [ -n "$AGENT_PID" ]; then
-		kill -KILL "$AGENT_PID" 2>/dev/null
-		wait "$AGENT_PID" 2>/dev/null
-	fi
+	for t in $AGENT_PID $AGENT2_PID; do
+		kill -KILL "$t" 2>/dev/null
+		wait "$t" 2>/dev/null
+	done
 	nas_own_down
 	if [ -n "$W" ]; then
 		if [ "${IT_AGENT_KEEP:-0}" = 1 ]; then
@@ -655,6 +656,194 @@ out=$(in_cli "$PROBE" "$IP_NAS:$PORT" "$W/key" put:esc/ok stat:esc/ok 2>&1)
 check "4: a clean path still works ($(echo "$out" | tr '\n' ' '))" \
 	test "$(cat "$EXPORT/esc/ok" 2>/dev/null)" = owned -a "$(echo "$out" | grep -c ': 0 ok$')" = 2
 check "4: the agent is still up" kill -0 "$AGENT_PID"
+
+# --- 5. the agent unreachable: no answer at all ---------------------------------------
+# A second link to the NAS carries only the agent: taken down mid-flush,
+# the agent neither answers nor resets (a partition, not an error), and
+# the share (NFS on the first link) stays reachable. Every stream must be
+# back on the share within 30 s, and an unmount with the agent
+# unreachable must end within 30 s, losing nothing.
+
+log "5. the agent unreachable mid-flush"
+VETH2_NAS=ffagt-n2
+VETH2_CLI=ffagt-c2
+IP2_NAS=10.79.1.2
+IP2_CLI=10.79.1.1
+link2() { ip -n "$NS_NAS" link set "$VETH2_NAS" "$1"; }
+# wait_via TAG WHAT SECONDS: every stream's via is WHAT (agent, share)
+wait_via() {
+	local end=$(($(date +%s) + $3))
+	while [ "$(date +%s)" -lt "$end" ]; do
+		js=$(status_json "$1")
+		[ "$(jget "$js" "all(x['via'] == '$2' for x in s['streams'])")" = True ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+# flushed_past TAG BYTES SECONDS: the streams acknowledged BYTES
+flushed_past() {
+	local end=$(($(date +%s) + $3))
+	while [ "$(date +%s)" -lt "$end" ]; do
+		js=$(status_json "$1")
+		[ "$(jget "$js" 'sum(x["bytes"] for x in s["streams"])')" -ge "$2" ] && return 0
+		sleep 0.05
+	done
+	return 1
+}
+elapsed() { python3 -c "print(f'{$(date +%s.%N) - $1:.1f}')"; }
+if ! { ip link add "$VETH2_CLI" type veth peer name "$VETH2_NAS" &&
+	ip link set "$VETH2_CLI" netns "$NS_CLI" &&
+	ip link set "$VETH2_NAS" netns "$NS_NAS" &&
+	ip -n "$NS_CLI" addr add "$IP2_CLI/24" dev "$VETH2_CLI" &&
+	ip -n "$NS_NAS" addr add "$IP2_NAS/24" dev "$VETH2_NAS" &&
+	ip -n "$NS_CLI" link set "$VETH2_CLI" up && link2 up; }; then
+	bad "5: a second link to the NAS"
+else
+	nsenter --net="/run/netns/$NS_NAS" \
+		"$AGENT" --root "$EXPORT" --listen "$IP2_NAS:$PORT" \
+		--key-file "$W/key" >"$W/agent.part.log" 2>&1 &
+	AGENT2_PID=$!
+	for _ in $(seq 1 100); do
+		in_nas ss -Hltn "src $IP2_NAS:$PORT" | grep -q . && break
+		sleep 0.05
+	done
+	S5=$W/src5
+	mkdir -m 0755 "$S5"
+	head -c $((96 << 20)) /dev/urandom >"$S5/a"
+	head -c $((96 << 20)) /dev/urandom >"$S5/b"
+	O5="agent=$IP2_NAS:$PORT,agent_key=$W/key,remote_stream_rate=8M,bwlimit=32M"
+	MP5=$W/mnt.part
+	if ! mount_fs part "$NFS_URL?version=3" -o "$O5"; then
+		bad "5: mount" "$(tail -n 5 "$W/ferryfs.part.log")"
+	else
+		"$FERRYFS" pause "$MP5" >/dev/null
+		mkdir "$MP5/part" && cp "$S5/a" "$MP5/part/a"
+		"$FERRYFS" resume "$MP5" >/dev/null
+		if ! wait_via part agent 10 || ! flushed_past part $((24 << 20)) 20; then
+			bad "5: the flush runs through the agent" "$js"
+		fi
+		link2 down
+		t0=$(date +%s.%N)
+		wait_via part share 40
+		rc=$?
+		dt=$(elapsed "$t0")
+		check "5: every stream is back on the share within 30 s of the link going down ($dt s)" \
+			python3 -c "import sys; sys.exit($rc != 0 or $dt > 30)"
+		timeout 120 "$FERRYFS" flush "$MP5" --wait >/dev/null
+		rc=$?
+		check "5: flush --wait completes with the agent unreachable (exit $rc, $(elapsed "$t0") s after)" test $rc = 0
+		check "5: SHA-256 of a on the share equals the source" \
+			cmp -s "$S5/a" "$EXPORT/part/a"
+		# the unmount while streams wait on the unreachable agent
+		link2 up
+		"$FERRYFS" pause "$MP5" >/dev/null
+		cp "$S5/b" "$MP5/part/b"
+		"$FERRYFS" resume "$MP5" >/dev/null
+		if ! wait_via part agent 20 || ! flushed_past part $((104 << 20)) 30; then
+			bad "5: the flush of b runs through the agent again" "$js"
+		fi
+		link2 down
+		t0=$(date +%s.%N)
+		fusermount3 -u "$MP5"
+		gone=
+		for _ in $(seq 1 450); do
+			kill -0 "${DPID[part]}" 2>/dev/null || { gone=1; break; }
+			sleep 0.1
+		done
+		check "5: unmount with the agent unreachable: the daemon exits within 30 s ($(elapsed "$t0") s)" \
+			test -n "$gone"
+		[ -n "$gone" ] || kill -KILL "${DPID[part]}" 2>/dev/null
+		wait "${DPID[part]}"
+		rc=$?
+		check "5: and exits 0 (exit $rc)" test $rc = 0
+		unset "DPID[part]"
+		rmdir "$MP5"
+		if ! mount_fs part "$NFS_URL?version=3" -o "$O5"; then
+			bad "5: remount on the journal" "$(tail -n 5 "$W/ferryfs.part.log")"
+		else
+			timeout 120 "$FERRYFS" flush "$MP5" --wait >/dev/null
+			rc=$?
+			check "5: flush --wait on the next mount, agent still unreachable (exit $rc)" test $rc = 0
+			check "5: SHA-256 of b on the share equals the source" \
+				cmp -s "$S5/b" "$EXPORT/part/b"
+			check "5: unmount, daemon exit 0" umount_fs part
+		fi
+	fi
+	link2 up
+fi
+
+# --- 6. 64 strangers hold connections open --------------------------------------------
+# From another address of the client's network, 64 TCP connections to the
+# agent that never authenticate, reopened as the agent closes them: the
+# mount's streams must still get the agent (only authenticated ones count
+# against --max-conns, 64), and the agent must not log every refusal.
+
+log "6. 64 idle strangers while a flush runs"
+IP_BAD=10.79.0.3
+cat >"$W/strangers.py" <<'EOF'
+import os, socket, sys, time
+src, host, port, stop, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+held, opened = [], 0
+while not os.path.exists(stop):
+    for s in list(held):  # closed by the agent: the read sees EOF
+        try:
+            s.setblocking(False)
+            if s.recv(1) == b"":
+                held.remove(s); s.close()
+        except BlockingIOError:
+            pass
+        except OSError:
+            held.remove(s); s.close()
+    while len(held) < n:
+        s = socket.socket()
+        s.bind((src, 0))
+        try:
+            s.connect((host, port))
+        except OSError:
+            s.close(); break
+        held.append(s); opened += 1
+    time.sleep(0.2)
+print(opened)
+EOF
+if ! ip -n "$NS_CLI" addr add "$IP_BAD/24" dev "$VETH_CLI"; then
+	bad "6: a second client address"
+else
+	S6=$W/src6
+	mkdir -m 0755 "$S6"
+	head -c $((96 << 20)) /dev/urandom >"$S6/f"
+	rm -f "$W/strangers.stop"
+	in_cli python3 "$W/strangers.py" "$IP_BAD" "$IP_NAS" "$PORT" \
+		"$W/strangers.stop" 64 >"$W/strangers.out" 2>&1 &
+	SPID=$!
+	sleep 1
+	held=$(in_nas ss -Htn state established "sport = :$PORT" | grep -c "$IP_BAD")
+	check "6: the strangers hold connections to the agent ($held)" test "$held" -gt 0
+	if ! mount_fs hostile "$NFS_URL?version=3" -o "$(agent_opts "$W/key")"; then
+		bad "6: mount" "$(tail -n 5 "$W/ferryfs.hostile.log")"
+	else
+		MP6=$W/mnt.hostile
+		"$FERRYFS" pause "$MP6" >/dev/null
+		mkdir "$MP6/hostile" && cp "$S6/f" "$MP6/hostile/f"
+		"$FERRYFS" resume "$MP6" >/dev/null
+		wait_via hostile agent 10
+		rc=$?
+		check "6: every stream flushes through the agent ($(jget "$js" '" ".join(x["via"] for x in s["streams"])'))" test $rc = 0
+		timeout 120 "$FERRYFS" flush "$MP6" --wait >/dev/null
+		rc=$?
+		check "6: flush --wait completes (exit $rc)" test $rc = 0
+		check "6: SHA-256 on the share equals the source" \
+			cmp -s "$S6/f" "$EXPORT/hostile/f"
+		check "6: unmount, daemon exit 0" umount_fs hostile
+	fi
+	: >"$W/strangers.stop"
+	wait "$SPID"
+	opened=$(cat "$W/strangers.out")
+	logged=$(grep -c 'refused: too many connections in the handshake' "$W/agent.$agent_no.log")
+	log "6: the strangers opened $opened connections; the agent logged $logged refusals"
+	check "6: the agent refused strangers past the handshake cap, and logged it" test "$logged" -gt 0
+	check "6: at most one refusal line a second ($logged lines)" \
+		test "$logged" -le 60
+fi
 
 echo "$pass passed, $fail failed"
 if [ "$fail" != 0 ]; then
