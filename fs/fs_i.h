@@ -527,6 +527,17 @@ int fs_handle_put(struct fs *fs, struct fs_handle *h);
  * the caller to free. NULL with -errno in *rc. */
 const char *fs_write_bytes(struct fuse_bufvec *in, size_t size, char **copy,
 			   ssize_t *rc);
+/* The set-id bits of @mode (a node of group @gid) that a write or a
+ * truncate (truncate(2), ftruncate(2), open(O_TRUNC)) by @req's caller
+ * clears, as the VFS does on a local filesystem
+ * (setattr_should_drop_suidgid()): none for a caller who may keep them
+ * (CAP_FSETID: uid 0 here, the daemon sees no capabilities) or for what
+ * is not a regular file; S_ISUID; S_ISGID if group execute is set or the
+ * caller is not in @gid. The kernel leaves it to us: with
+ * FUSE_HANDLE_KILLPRIV_V2 (pt.c) it sends no mode at all, without it a
+ * mode by the older rule (S_ISGID only with group execute) and none at
+ * an open(O_TRUNC) (FUSE_ATOMIC_O_TRUNC). */
+mode_t fs_setid_kill(fuse_req_t req, mode_t mode, gid_t gid);
 #endif
 
 struct rmt_listing;

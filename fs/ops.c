@@ -32,7 +32,9 @@
  *     Nothing is lost: a write-only descriptor cannot be mmap'ed shared,
  *     and the pages other descriptors of the file cached are dropped after
  *     each direct write (write_direct_done()). The kernel then leaves
- *     clearing setuid/setgid on write to us (clear_suid()).
+ *     clearing setuid/setgid on write to us (clear_suid()), as it does at
+ *     an open(O_TRUNC) (FUSE_ATOMIC_O_TRUNC); at a truncate it sends a
+ *     mode by an older rule, which fs_setid_kill() completes.
  *
  * Write-back over the journal (the default) is fs/wb.c: its operation
  * table starts from this one (fs_wt_ops) and replaces what the journal
@@ -355,6 +357,76 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino,
 		reply_attr(req, &st);
 }
 
+/* Whether @req's caller is in group @gid (its fsgid or a supplementary
+ * group). If its groups cannot be read, yes: the bit stays, as before. */
+static bool caller_in_group(fuse_req_t req, gid_t gid)
+{
+	gid_t some[64], *list = some;
+	int n, cap = 64;
+	bool in = false;
+
+	if (fuse_req_ctx(req)->gid == gid)
+		return true;
+	for (;;) {
+		n = fuse_req_getgroups(req, cap, list);
+		if (n < 0) {
+			in = true;
+			break;
+		}
+		if (n <= cap) {
+			for (int i = 0; i < n && !in; i++)
+				in = list[i] == gid;
+			break;
+		}
+		if (list != some)
+			free(list);
+		cap = n;
+		list = malloc((size_t)cap * sizeof(*list));
+		if (!list)
+			return true;
+	}
+	if (list != some)
+		free(list);
+	return in;
+}
+
+mode_t fs_setid_kill(fuse_req_t req, mode_t mode, gid_t gid)
+{
+	mode_t kill = 0;
+
+	if (fuse_req_ctx(req)->uid == 0 || !S_ISREG(mode))
+		return 0;
+	if (mode & S_ISUID)
+		kill |= S_ISUID;
+	if ((mode & S_ISGID) &&
+	    ((mode & S_IXGRP) || !caller_in_group(req, gid)))
+		kill |= S_ISGID;
+	return kill;
+}
+
+/*
+ * A write or truncate by a user other than root clears setuid, and setgid
+ * as fs_setid_kill() says, as the kernel does for its own writes; our
+ * writes to the share are root's, which keep them. @st: the file's
+ * attributes now, its new mode on return.
+ */
+static int clear_suid(struct fs *fs, fuse_req_t req, struct rmt_file *f,
+		      struct stat *st)
+{
+	struct rmt_setattr sa = { .set = RMT_SET_MODE };
+	mode_t kill;
+	int rc;
+
+	kill = fs_setid_kill(req, st->st_mode, st->st_gid);
+	if (!kill)
+		return 0;
+	sa.mode = st->st_mode & 07777 & ~kill;
+	rc = rmt_setattr(fs->rmt, NULL, f, &sa);
+	if (rc == 0)
+		st->st_mode &= ~kill;
+	return rc;
+}
+
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		       int to_set, struct fuse_file_info *fi)
 {
@@ -366,6 +438,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	char path[PATH_MAX];
 	const char *p = NULL;
 	struct stat st;
+	mode_t kill;
 	int rc;
 
 	if (to_set & FUSE_SET_ATTR_MODE) {
@@ -424,6 +497,16 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	rc = sa.set ? rmt_setattr(fs->rmt, p, f, &sa) : 0;
 	if (rc == 0)
 		rc = f ? rmt_file_stat(f, &st) : rmt_stat(fs->rmt, p, &st);
+	/* a truncate: the set-id bits go as on a local fs (fs_setid_kill();
+	 * a mode the kernel sent with it followed an older rule) */
+	if (rc == 0 && (sa.set & RMT_SET_SIZE) &&
+	    (kill = fs_setid_kill(req, st.st_mode, st.st_gid))) {
+		struct rmt_setattr ms = { .set = RMT_SET_MODE,
+					  .mode = st.st_mode & 07777 & ~kill };
+
+		rc = rmt_setattr(fs->rmt, p, f, &ms);
+		st.st_mode &= ~kill;
+	}
 	if (borrowed)
 		fs_handle_put(fs, borrowed);
 	if (rc < 0)
@@ -671,6 +754,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	rc = rmt_file_stat(f, &st);
 	if (rc == 0 && !same_object(n, &st))
 		rc = -ESTALE; /* rule 1 */
+	if (rc == 0 && (fi->flags & O_TRUNC)) /* a truncate */
+		rc = clear_suid(fs, req, f, &st);
 	if (rc == 0)
 		rc = handle_new(fs, n, f, fi->flags, &h);
 	if (rc < 0) {
@@ -730,6 +815,8 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 	if (rc == 0)
 		rc = rmt_file_stat(f, &st);
+	if (rc == 0 && !created && (fi->flags & O_TRUNC))
+		rc = clear_suid(fs, req, f, &st);
 	if (rc == 0)
 		rc = fs_itab_lookup(fs->itab, inode_of(fs, parent), name, &st,
 				    1, &n);
@@ -788,38 +875,19 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	fs_read_reply(fs, h, req, size, off);
 }
 
-/*
- * A write by a user other than root clears setuid, and setgid if group
- * execute is set, as the kernel does for its own writes (should_remove_suid
- * in the VFS); our writes to the share are root's, which keep them.
- */
-static int clear_suid(struct fs *fs, fuse_req_t req, struct fs_handle *h)
-{
-	struct rmt_setattr sa = { .set = RMT_SET_MODE };
-	struct stat st;
-	mode_t kill = S_ISUID;
-	int rc;
-
-	if (fuse_req_ctx(req)->uid == 0)
-		return 0;
-	rc = rmt_file_stat(h->file, &st);
-	if (rc < 0)
-		return rc;
-	if (st.st_mode & S_IXGRP)
-		kill |= S_ISGID;
-	if (!(st.st_mode & kill))
-		return 0;
-	sa.mode = st.st_mode & 07777 & ~kill;
-	return rmt_setattr(fs->rmt, NULL, h->file, &sa);
-}
-
 /* After a direct write (rule 5): set-id bits, other descriptors' pages. */
 static ssize_t write_direct_done(struct fs *fs, fuse_req_t req,
 				 struct fs_handle *h, fuse_ino_t ino, off_t off,
 				 size_t len)
 {
-	int rc = clear_suid(fs, req, h);
+	struct stat st;
+	int rc = 0;
 
+	if (fuse_req_ctx(req)->uid != 0) {
+		rc = rmt_file_stat(h->file, &st);
+		if (rc == 0)
+			rc = clear_suid(fs, req, h->file, &st);
+	}
 	if (rc < 0)
 		return rc;
 	if (fs_itab_cached_handles(fs->itab, h->inode))

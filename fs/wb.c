@@ -764,6 +764,20 @@ static void wb_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		set |= JNL_SET_MODE;
 		a.mode = cur.mode & ~(mode_t)(S_ISUID | S_ISGID);
 	}
+	/* a truncate by another user: as on a local fs (fs_setid_kill()).
+	 * The kernel sends no mode with it over -o passthrough (pt.c:
+	 * FUSE_HANDLE_KILLPRIV_V2), and one by an older rule otherwise. The
+	 * replay sets this mode with the owner, after it (remote.h). */
+	if (set & JNL_SET_SIZE) {
+		mode_t m = (set & JNL_SET_MODE) ? a.mode : cur.mode;
+		mode_t kill = fs_setid_kill(
+			req, m, (set & JNL_SET_GID) ? a.gid : cur.gid);
+
+		if (kill) {
+			set |= JNL_SET_MODE;
+			a.mode = m & ~kill;
+		}
+	}
 	rc = set ? jnl_setattr(fs->jnl, id, set, &a) : 0;
 	if (rc == 0)
 		rc = node_stat(fs, id, NULL, &st);
@@ -1166,6 +1180,29 @@ static void open_info(struct fs *fs, struct fs_handle *h, struct fs_inode *n,
 	fi->fh = (uint64_t)(uintptr_t)h;
 }
 
+/*
+ * The truncate of an open(O_TRUNC) of node @id (attributes @st, its new
+ * ones on return): its size, and the set-id bits a truncate by the
+ * caller clears (fs_setid_kill()). The kernel tells us neither
+ * (FUSE_ATOMIC_O_TRUNC: no SETATTR follows such an open).
+ */
+static int open_trunc(struct fs *fs, fuse_req_t req, jnl_id id, struct stat *st)
+{
+	struct jnl_node a = { .size = 0 };
+	unsigned int set = st->st_size ? JNL_SET_SIZE : 0;
+	mode_t kill = fs_setid_kill(req, st->st_mode, st->st_gid);
+	int rc;
+
+	if (kill) {
+		set |= JNL_SET_MODE;
+		a.mode = st->st_mode & ~kill;
+	}
+	if (!set)
+		return 0;
+	rc = jnl_setattr(fs->jnl, id, set, &a);
+	return rc < 0 ? rc : node_stat(fs, id, NULL, st);
+}
+
 static void wb_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_of(req);
@@ -1185,13 +1222,8 @@ static void wb_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		rc = ensure_id(fs, n, &id);
 	if (rc == 0)
 		rc = node_stat_fresh(fs, &id, NULL, &st);
-	if (rc == 0 && (fi->flags & O_TRUNC) && st.st_size) {
-		struct jnl_node a = { .size = 0 };
-
-		rc = jnl_setattr(fs->jnl, id, JNL_SET_SIZE, &a);
-		if (rc == 0)
-			rc = node_stat(fs, id, NULL, &st);
-	}
+	if (rc == 0 && (fi->flags & O_TRUNC))
+		rc = open_trunc(fs, req, id, &st);
 	if (rc == 0)
 		rc = handle_new(fs, n, id, fi->flags, &h);
 	if (rc < 0) {
@@ -1226,10 +1258,10 @@ static void wb_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 		rc = S_ISDIR(f.st.st_mode) ? -EISDIR
 					   : import_found(fs, pid, name, &f);
 		id = f.id;
-		if (rc == 0 && (fi->flags & O_TRUNC)) {
-			a.size = 0;
-			rc = jnl_setattr(fs->jnl, id, JNL_SET_SIZE, &a);
-		}
+		if (rc == 0 && (fi->flags & O_TRUNC))
+			rc = node_stat(fs, id, NULL, &st);
+		if (rc == 0 && (fi->flags & O_TRUNC))
+			rc = open_trunc(fs, req, id, &st);
 	} else if (rc == 0) {
 		rc = new_attr(fs, req, p, S_IFREG | (mode & 07777), &a);
 		if (rc == 0)
@@ -1376,12 +1408,12 @@ static int fill_chunk(struct fs *fs, struct fs_handle *h, uint64_t c)
 	return rc;
 }
 
-/* A write by a user other than root clears set-id bits (ops.c
- * clear_suid, the same rule). */
+/* A write by a user other than root clears set-id bits (fs_setid_kill(),
+ * the rule ops.c clear_suid() follows too). */
 static int clear_suid(struct fs *fs, fuse_req_t req, jnl_id id)
 {
 	struct jnl_node nd, a = { 0 };
-	mode_t kill = S_ISUID;
+	mode_t kill;
 	int rc;
 
 	if (fuse_req_ctx(req)->uid == 0)
@@ -1389,9 +1421,8 @@ static int clear_suid(struct fs *fs, fuse_req_t req, jnl_id id)
 	rc = jnl_node_get(fs->jnl, id, &nd);
 	if (rc < 0)
 		return rc;
-	if (nd.mode & S_IXGRP)
-		kill |= S_ISGID;
-	if (!(nd.mode & kill))
+	kill = fs_setid_kill(req, nd.mode, nd.gid);
+	if (!kill)
 		return 0;
 	a.mode = nd.mode & ~kill;
 	return jnl_setattr(fs->jnl, id, JNL_SET_MODE, &a);

@@ -2149,6 +2149,19 @@ static int setattr3(struct nrmt *n, const char *path, struct rmt_file *f,
 		s.gid.set_it = 1;
 		s.gid.set_gid3_u.gid = sa->gid;
 	}
+	/* remote.h: owner before mode. A server may apply one SETATTR's
+	 * fields in any order, and a chown clears the setuid and setgid
+	 * bits: a mode with them goes in a SETATTR of its own, after. */
+	if (s.mode.set_it && (s.uid.set_it || s.gid.set_it) &&
+	    (sa->mode & (S_ISUID | S_ISGID))) {
+		s.mode.set_it = 0;
+		rc = setattr3_call(n, &fh, &s);
+		if (rc < 0)
+			goto out;
+		memset(&s, 0, sizeof(s));
+		s.mode.set_it = 1;
+		s.mode.set_mode3_u.mode = sa->mode & 07777;
+	}
 	if (s.size.set_it || s.mode.set_it || s.uid.set_it || s.gid.set_it) {
 		rc = setattr3_call(n, &fh, &s);
 		if (rc < 0)
@@ -2217,6 +2230,18 @@ static int setattr4(struct nrmt *n, const char *path, struct rmt_file *f,
 	}
 	if ((sa->set & RMT_SET_MODE) && type == NF4LNK)
 		return -EOPNOTSUPP;
+	/* owner before a mode with setuid/setgid: as in setattr3() */
+	if ((rest.set & RMT_SET_MODE) &&
+	    (rest.set & (RMT_SET_UID | RMT_SET_GID)) &&
+	    (rest.mode & (S_ISUID | S_ISGID))) {
+		rest.set &= ~(unsigned int)RMT_SET_MODE;
+		if (attrs4_of(&rest, false, &a)) {
+			rc = setattr4_call(n, &fh, rel, len, &a);
+			if (rc < 0)
+				return rc;
+		}
+		rest.set = RMT_SET_MODE;
+	}
 	if (attrs4_of(&rest, false, &a)) {
 		rc = setattr4_call(n, &fh, rel, len, &a);
 		if (rc < 0)

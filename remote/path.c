@@ -548,14 +548,12 @@ static void times_of(const struct rmt_setattr *sa, struct timespec ts[2])
 		ts[1] = sa->mtime;
 }
 
-/* remote.h order: size, mode, uid/gid, times. */
+/* remote.h order: size, uid/gid, mode, times. */
 static int setattr_fd(int fd, const struct rmt_setattr *sa)
 {
 	struct timespec ts[2];
 
 	if ((sa->set & RMT_SET_SIZE) && ftruncate(fd, sa->size) < 0)
-		return -errno;
-	if ((sa->set & RMT_SET_MODE) && fchmod(fd, sa->mode & 07777) < 0)
 		return -errno;
 	if (sa->set & (RMT_SET_UID | RMT_SET_GID)) {
 		uid_t uid = (sa->set & RMT_SET_UID) ? sa->uid : (uid_t)-1;
@@ -564,6 +562,8 @@ static int setattr_fd(int fd, const struct rmt_setattr *sa)
 		if (fchown(fd, uid, gid) < 0)
 			return -errno;
 	}
+	if ((sa->set & RMT_SET_MODE) && fchmod(fd, sa->mode & 07777) < 0)
+		return -errno;
 	if (sa->set & (RMT_SET_ATIME | RMT_SET_MTIME)) {
 		times_of(sa, ts);
 		if (futimens(fd, ts) < 0)
@@ -639,13 +639,9 @@ static int setattr_path(struct prmt *p, const char *path,
 		if (rc < 0)
 			goto out_node;
 	}
-	if (sa->set & RMT_SET_MODE) {
-		if (S_ISLNK(st.st_mode))
-			rc = -EOPNOTSUPP;
-		else
-			rc = chmod_node(p, nodefd, sa->mode);
-		if (rc < 0)
-			goto out_node;
+	if ((sa->set & RMT_SET_MODE) && S_ISLNK(st.st_mode)) {
+		rc = -EOPNOTSUPP;
+		goto out_node;
 	}
 	if (sa->set & (RMT_SET_UID | RMT_SET_GID)) {
 		uid_t uid = (sa->set & RMT_SET_UID) ? sa->uid : (uid_t)-1;
@@ -656,6 +652,11 @@ static int setattr_path(struct prmt *p, const char *path,
 			rc = -errno;
 			goto out_node;
 		}
+	}
+	if (sa->set & RMT_SET_MODE) {
+		rc = chmod_node(p, nodefd, sa->mode);
+		if (rc < 0)
+			goto out_node;
 	}
 	if (sa->set & (RMT_SET_ATIME | RMT_SET_MTIME)) {
 		times_of(sa, ts);

@@ -286,8 +286,10 @@ int rmt_rename(struct rmt *r, const char *from, const char *to,
 
 /*
  * Change attributes of path, or of @f if not NULL (then path may be NULL:
- * an unlinked but open file). Fields are applied in the order size, mode,
- * uid/gid, times, so set times come last and stay. A symlink's own times and
+ * an unlinked but open file). Fields are applied in the order size,
+ * uid/gid, mode, times: a chown clears the setuid and setgid bits (even
+ * root's), so the mode asked comes after it and stays, and set times
+ * come last and stay. A symlink's own times and
  * owner can be set; its mode cannot (-EOPNOTSUPP).
  * On failure the fields before the failing one may have been applied.
  */

@@ -2989,10 +2989,56 @@ static void t_setid_clear(void)
 	chmod(mp("su_t"), 06777);
 	if (check_as(USER_UID, USER_GID,
 		     &(struct op){ .kind = OP_TRUNCATE, .path = mp("su_t") },
-		     0, "as 1000: truncate a 06777 root file"))
+		     0, "as 1000: truncate a 06777 root file")) {
+		check_no_setid(mp("su_t"),
+			       "truncate by another user clears S_ISUID/S_ISGID");
 		check_no_setid(rp("su_t"),
 			       "truncate by another user clears S_ISUID/S_ISGID "
 			       "on REMOTE");
+	}
+	/* open(O_TRUNC) truncates too (FUSE_ATOMIC_O_TRUNC: the kernel
+	 * sends no SETATTR after it) */
+	put_file(mp("su_o"), "x", 1, 0666);
+	chmod(mp("su_o"), 06777);
+	if (check_as(USER_UID, USER_GID,
+		     &(struct op){ .kind = OP_OPEN, .path = mp("su_o"),
+				   .flags = O_WRONLY | O_TRUNC },
+		     0, "as 1000: open(O_TRUNC) a 06777 root file")) {
+		check_no_setid(mp("su_o"), "open(O_TRUNC) by another user "
+					   "clears S_ISUID/S_ISGID");
+		check_no_setid(rp("su_o"), "open(O_TRUNC) by another user "
+					   "clears S_ISUID/S_ISGID on REMOTE");
+	}
+	/* setgid without group execute: cleared for a caller outside the
+	 * file's group, as Linux does since 6.2 (setattr_should_drop_sgid) */
+	put_file(mp("su_g"), "x", 1, 0666);
+	chmod(mp("su_g"), 02767);
+	if (check_as(USER_UID, USER_GID,
+		     &(struct op){ .kind = OP_TRUNCATE, .path = mp("su_g") },
+		     0, "as 1000: truncate a 02767 root:root file")) {
+		check_no_setid(mp("su_g"), "truncate by a user outside the "
+					   "group clears S_ISGID (no g+x)");
+		check_no_setid(rp("su_g"), "truncate by a user outside the "
+					   "group clears S_ISGID (no g+x) on "
+					   "REMOTE");
+	}
+	put_file(mp("su_m"), "x", 1, 0666);
+	if (lacks("owner")) {
+		skip("truncate by a group member keeps S_ISGID (no g+x)",
+		     "owners are not kept");
+	} else if (check_sys(chown(mp("su_m"), 0, USER_GID),
+			     "chown a file to root:1000") &&
+		   check_sys(chmod(mp("su_m"), 02767), "chmod 02767") &&
+		   check_as(USER_UID, USER_GID,
+			    &(struct op){ .kind = OP_TRUNCATE,
+					  .path = mp("su_m") },
+			    0, "as 1000: truncate a 02767 root:1000 file")) {
+		long m = mode_of(mp("su_m")), r = mode_of(rp("su_m"));
+
+		check(m == 02767 && r == m,
+		      "truncate by a group member keeps S_ISGID (no g+x)",
+		      "mount %04lo, REMOTE %04lo", m, r);
+	}
 	put_file(mp("su_c"), "x", 1, 0755);
 	chmod(mp("su_c"), 06755);
 	if (check_sys(chown(mp("su_c"), USER_UID, USER_GID),

@@ -759,6 +759,30 @@ static void test_remote__setattr_size_and_times(void **state)
 	assert_rc_err(rmt_setattr(fx->r, "missing", NULL, &sa), ENOENT);
 }
 
+/* Mode and owner in one call: the setuid and setgid bits asked stay,
+ * though a chown clears them, even root's (remote.h: owner before mode).
+ * A replay's FINISH sets both at once. */
+static void test_remote__setattr_owner_keeps_setgid(void **state)
+{
+	struct fx *fx = *state;
+	struct rmt_setattr sa = { .set = RMT_SET_MODE | RMT_SET_UID |
+					  RMT_SET_GID,
+				  .mode = 02755,
+				  .uid = geteuid(),
+				  .gid = getegid() };
+	struct rmt_file *f;
+
+	put_file(fx->r, "f", "x", 1);
+	assert_rc_ok(rmt_setattr(fx->r, "f", NULL, &sa));
+	assert_int_equal(mode_of(fx->r, "f"), S_IFREG | 02755);
+
+	sa.mode = 04711;
+	assert_rc_ok(rmt_file_open(fx->r, "f", O_WRONLY, 0, &f));
+	assert_rc_ok(rmt_setattr(fx->r, NULL, f, &sa));
+	assert_rc_ok(rmt_file_close(f));
+	assert_int_equal(mode_of(fx->r, "f"), S_IFREG | 04711);
+}
+
 static void test_remote__setattr_mode_and_owner(void **state)
 {
 	struct fx *fx = *state;
@@ -1368,6 +1392,7 @@ int main(void)
 		T(test_remote__open_flags),
 		T(test_remote__setattr_size_and_times),
 		T(test_remote__setattr_mode_and_owner),
+		T(test_remote__setattr_owner_keeps_setgid),
 		T(test_remote__setattr_by_file),
 		T(test_remote__rename),
 		T(test_remote__link_unlink),
