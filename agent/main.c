@@ -5,7 +5,7 @@
  *               [--max-conns N]
  *
  * Runs in the foreground and logs to stderr (a systemd unit or a
- * supervisor keeps it: examples/ferry-agent.service). Under Type=notify
+ * supervisor keeps it: dist/ferry-agent@.service). Under Type=notify
  * (NOTIFY_SOCKET set) it sends READY=1 once it listens.
  */
 #include <errno.h>

@@ -11,7 +11,8 @@
 #   --test  also the servers the tests bring up in network namespaces
 #           (nfs-ganesha, samba, iperf3; the demo does not need them, and
 #           on a plain Debian installing them starts their services), and
-#           the packaging tests' tools (mandoc, man-db: tests/pkg/)
+#           the packaging tests' tools (mandoc, man-db, systemd for
+#           systemd-analyze: tests/pkg/)
 set -euo pipefail
 
 PACKAGES=(
@@ -30,7 +31,7 @@ PACKAGES=(
 if [[ "${1:-}" == --test ]]; then
 	shift
 	PACKAGES+=(nfs-ganesha nfs-ganesha-vfs rpcbind samba smbclient iperf3)
-	PACKAGES+=(mandoc man-db)
+	PACKAGES+=(mandoc man-db systemd)
 fi
 PACKAGES+=("$@")
 
