@@ -12,7 +12,7 @@
 #           (nfs-ganesha, samba, iperf3; the demo does not need them, and
 #           on a plain Debian installing them starts their services), and
 #           the packaging tests' tools (mandoc, man-db, systemd for
-#           systemd-analyze: tests/pkg/)
+#           systemd-analyze, bash-completion: tests/pkg/)
 set -euo pipefail
 
 PACKAGES=(
@@ -31,7 +31,7 @@ PACKAGES=(
 if [[ "${1:-}" == --test ]]; then
 	shift
 	PACKAGES+=(nfs-ganesha nfs-ganesha-vfs rpcbind samba smbclient iperf3)
-	PACKAGES+=(mandoc man-db systemd)
+	PACKAGES+=(mandoc man-db systemd bash-completion)
 fi
 PACKAGES+=("$@")
 
