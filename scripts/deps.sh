@@ -12,7 +12,8 @@
 #           (nfs-ganesha, samba, iperf3; the demo does not need them, and
 #           on a plain Debian installing them starts their services), and
 #           the packaging tests' tools (mandoc, man-db, systemd for
-#           systemd-analyze, bash-completion: tests/pkg/)
+#           systemd-analyze, bash-completion; debhelper, lintian,
+#           fakeroot, dpkg-dev for scripts/package.sh: tests/pkg/)
 set -euo pipefail
 
 PACKAGES=(
@@ -32,6 +33,7 @@ if [[ "${1:-}" == --test ]]; then
 	shift
 	PACKAGES+=(nfs-ganesha nfs-ganesha-vfs rpcbind samba smbclient iperf3)
 	PACKAGES+=(mandoc man-db systemd bash-completion)
+	PACKAGES+=(debhelper lintian fakeroot dpkg-dev)
 fi
 PACKAGES+=("$@")
 
