@@ -36,6 +36,12 @@ if [ -n "$missing" ]; then
 fi
 
 version=$(cd "$SRC" && dpkg-parsechangelog -S Version)
+# the package's version is the project's (CMakeLists.txt, ferryfs -V)
+cmake_version=$(sed -nE 's/^project\(ferryfs VERSION ([0-9.]+).*/\1/p' "$SRC/CMakeLists.txt")
+if [ "$version" != "$cmake_version" ]; then
+	echo "package: debian/changelog says $version, CMakeLists.txt $cmake_version: add a changelog entry" >&2
+	exit 1
+fi
 arch=$(dpkg --print-architecture)
 tree=$OUT/src/ferryfs-$version
 rm -rf "$OUT/src"
@@ -67,7 +73,7 @@ if [ -s "$OUT/lintian.txt" ]; then
 	echo "package: lintian says:"
 	sed 's/^/  /' "$OUT/lintian.txt"
 else
-	echo "package: lintian: no tag (errors, warnings, info)"
+	echo "package: lintian: no tag (errors, warnings, info; overridden: see debian/*.lintian-overrides)"
 fi
 if [ "$rc" != 0 ]; then
 	echo "package: lintian failed (exit $rc): an error or a warning above" >&2
