@@ -96,15 +96,17 @@ static void *ready_main(void *arg)
 	    errno == ENOTCONN)
 		return NULL; /* the session ended before it served */
 	status_line(r->fs, r->last, sizeof(r->last));
-	if (r->daemonized)
+	/* under the lock: never a READY=1 after fs_ready_stopping()'s
+	 * STOPPING=1 */
+	pthread_mutex_lock(&r->lock);
+	if (!r->stop && r->daemonized)
 		send_msg("READY=1", notify_sendf("READY=1\nMAINPID=%d\n"
 						 "STATUS=%s",
 						 (int)getpid(), r->last));
-	else
+	else if (!r->stop)
 		send_msg("READY=1",
 			 notify_sendf("READY=1\nSTATUS=%s", r->last));
 	/* 2: STATUS= now and then */
-	pthread_mutex_lock(&r->lock);
 	while (!r->stop) {
 		clock_gettime(CLOCK_MONOTONIC, &t);
 		t.tv_sec += FS_READY_STATUS_S;
@@ -115,11 +117,11 @@ static void *ready_main(void *arg)
 			break;
 		pthread_mutex_unlock(&r->lock);
 		status_line(r->fs, line, sizeof(line));
-		if (strcmp(line, r->last)) {
+		pthread_mutex_lock(&r->lock);
+		if (!r->stop && strcmp(line, r->last)) {
 			snprintf(r->last, sizeof(r->last), "%s", line);
 			send_msg("STATUS=", notify_sendf("STATUS=%s", line));
 		}
-		pthread_mutex_lock(&r->lock);
 	}
 	pthread_mutex_unlock(&r->lock);
 	return NULL;
@@ -161,13 +163,13 @@ void fs_ready_stopping(struct fs *fs)
 
 	if (!r)
 		return;
+	status_line(fs, line, sizeof(line));
 	pthread_mutex_lock(&r->lock);
 	r->stop = true;
 	pthread_cond_signal(&r->cond);
-	pthread_mutex_unlock(&r->lock);
-	status_line(fs, line, sizeof(line));
 	send_msg("STOPPING=1",
 		 notify_sendf("STOPPING=1\nSTATUS=stopping, %s", line));
+	pthread_mutex_unlock(&r->lock);
 }
 
 void fs_ready_free(struct fs *fs)
