@@ -5,7 +5,8 @@
  *               [--max-conns N]
  *
  * Runs in the foreground and logs to stderr (a systemd unit or a
- * supervisor keeps it: examples/ferry-agent.service).
+ * supervisor keeps it: dist/ferry-agent@.service). Under Type=notify
+ * (NOTIFY_SOCKET set) it sends READY=1 once it listens.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "notify.h"
 #include "server.h"
 
 static void usage(FILE *f)
@@ -91,6 +93,13 @@ int main(int argc, char **argv)
 		return 1;
 	fprintf(stderr, "ferry-agent: serving '%s' on %s%s\n", cfg.root,
 		cfg.listen, cfg.encrypt ? " (encrypted)" : "");
+	/* the socket listens: a client's connect succeeds from now on */
+	rc = notify_sendf("READY=1\nSTATUS=serving '%s' on %s%s", cfg.root,
+			  cfg.listen, cfg.encrypt ? " (encrypted)" : "");
+	if (rc < 0)
+		fprintf(stderr, "ferry-agent: cannot tell the service manager "
+				"that it is ready: %s\n",
+			strerror(-rc));
 	rc = agent_server_run(s);
 	fprintf(stderr, "ferry-agent: cannot accept: %s\n", strerror(-rc));
 	agent_server_free(s);

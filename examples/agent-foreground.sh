@@ -1,6 +1,6 @@
 #!/bin/bash
 # agent-foreground.sh - ferry-agent in the foreground, for a try or a
-# supervisor other than systemd (examples/ferry-agent.service):
+# supervisor other than systemd (dist/ferry-agent@.service):
 #
 #   examples/agent-foreground.sh DIR [ADDR:PORT] [KEY_FILE]
 #

@@ -372,6 +372,7 @@ struct fs {
 	struct fuse_session *se; /* immutable after start */
 	char *mnt_abs;           /* absolute mount point; immutable */
 	struct fs_ctl *ctl;      /* the control socket, or NULL */
+	struct fs_ready *ready;  /* ready.c's thread, or NULL */
 	struct timespec started; /* immutable */
 	/* write-back (wb.c): NULL in write-through mode; set before the
 	 * session starts, immutable while it runs */
@@ -406,6 +407,16 @@ struct fs {
 	_Atomic uint64_t pt_opens;     /* opens that passed through */
 	_Atomic uint64_t pt_requests;  /* FUSE requests read (pt_read()) */
 };
+
+/* ready.c: READY=1, STATUS= and STOPPING=1 to $NOTIFY_SOCKET (see
+ * there). fs_ready_start() after the control socket, before the session
+ * loop (0 and nothing started without NOTIFY_SOCKET; errors: -ENOMEM,
+ * pthread_create()'s); fs_ready_stopping() once the loop has returned;
+ * fs_ready_free() after the unmount. Both are no-ops if nothing started. */
+struct fs_ready;
+int fs_ready_start(struct fs *fs);
+void fs_ready_stopping(struct fs *fs);
+void fs_ready_free(struct fs *fs);
 
 /* pt.c: passthrough of write-only copies into the journal (see there).
  * fs_pt_install() after the mount (0 if not asked for), fs_pt_init_reply()

@@ -1619,6 +1619,10 @@ int fs_run(struct fuse_args *args, const struct fs_opts *o)
 				 "will not reach it): %s",
 				 fs.mnt_abs, why);
 	}
+	rc = fs_ready_start(&fs);
+	if (rc < 0)
+		LOG_WARN("cannot start telling the service manager that the "
+			 "mount is ready: %s", strerror(-rc));
 	if (o->single_thread) {
 		rc = fuse_session_loop(se);
 	} else {
@@ -1635,8 +1639,10 @@ int fs_run(struct fuse_args *args, const struct fs_opts *o)
 	status = (rc == 0 || rc == SIGTERM || rc == SIGINT || rc == SIGHUP) ? 0
 									    : 1;
 out_unmount:
+	fs_ready_stopping(&fs);
 	fs_ctl_stop(fs.ctl);
 	fuse_session_unmount(se);
+	fs_ready_free(&fs);
 	close_unreleased(&fs); /* the loop's threads are gone: no request */
 	fs_wb_stop(&fs);
 	fs_cache_stop(&fs);

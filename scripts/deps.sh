@@ -11,7 +11,9 @@
 #   --test  also the servers the tests bring up in network namespaces
 #           (nfs-ganesha, samba, iperf3; the demo does not need them, and
 #           on a plain Debian installing them starts their services), and
-#           the packaging tests' tools (mandoc, man-db: tests/pkg/)
+#           the packaging tests' tools (mandoc, man-db, systemd for
+#           systemd-analyze, bash-completion; debhelper, lintian,
+#           fakeroot, dpkg-dev for scripts/package.sh: tests/pkg/)
 set -euo pipefail
 
 PACKAGES=(
@@ -30,7 +32,8 @@ PACKAGES=(
 if [[ "${1:-}" == --test ]]; then
 	shift
 	PACKAGES+=(nfs-ganesha nfs-ganesha-vfs rpcbind samba smbclient iperf3)
-	PACKAGES+=(mandoc man-db)
+	PACKAGES+=(mandoc man-db systemd bash-completion)
+	PACKAGES+=(debhelper lintian fakeroot dpkg-dev)
 fi
 PACKAGES+=("$@")
 
