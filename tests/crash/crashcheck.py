@@ -4,6 +4,7 @@ bounded black-box crash testing in the spirit of CrashMonkey/ACE.
 
   crashcheck.py FERRYFS [--slice ci|full|known] [--pairs N] [--seed S]
                 [--opts MOUNTOPTS] [--agent FERRY_AGENT] [--keep]
+                [--share path|nfs] [--nfs-version 3|4]
                 [--workload 'OPS'] [--point POINT] [--repeat N]
 
 For each (workload, crash point) pair: a fresh share (a plain directory,
@@ -13,6 +14,13 @@ journal, `ferryfs flush --wait`, and the oracle (README.md, "The oracle")
 against reference states computed once per workload on plain local
 directories. A violation prints the workload, the crash point and the diff.
 
+--share nfs: the share is the same directory, mounted as nfs://: an
+nfs-ganesha in network namespaces of this run (nfs_server.sh, through
+tests/it/nas_lib.sh) exports the scratch area, each pair's share is
+nfs://10.79.0.2/export/pair.N/share?version=V, and every ferryfs command
+runs in the client namespace (nsenter --net). The oracle reads the share
+from the exported directory itself. What differs: README.md, "--share nfs".
+
 Crash points (POINT):
   kill:MS       kill -9 of the daemon MS ms after the workload returned
   killmid:US    kill -9 of the daemon US microseconds into the workload
@@ -21,8 +29,9 @@ Crash points (POINT):
                 hit by the remount after a kill -9; agent_before_sync is hit
                 in ferry-agent (--agent: the flush goes through one)
 
-Exit 0 if every pair passed, 1 on a violation, 77 without root, /dev/fuse
-or fusermount3, 2 on a usage error.
+Exit 0 if every pair passed, 1 on a violation (or, --share nfs, no
+server), 77 without root, /dev/fuse or fusermount3 (or, --share nfs,
+without nfs-ganesha), 2 on a usage error, 130 when interrupted.
 """
 import argparse
 import errno
@@ -151,7 +160,7 @@ class Reference:
     {path: inode} after ops[:k], in the run with nothing left out, where no
     inode number is reused (every file seen is held open)."""
 
-    def __init__(self, ops, scratch):
+    def __init__(self, ops, scratch, exchange=True):
         self.ops = ops
         n = len(ops)
         self.states = {}
@@ -178,7 +187,8 @@ class Reference:
                             os.path.join(root, op[1])).st_ino
                     except OSError:
                         pass
-                rc = W.run_op(root, op, drop_data=k >= c)
+                rc = W.run_op(root, op, drop_data=k >= c,
+                              exchange=exchange)
                 if c == n:
                     self.results.append(rc)
             for fd in held:
@@ -339,8 +349,9 @@ class Daemon:
         self.log = os.path.join(ctx.dir, "daemon.%s.log" % tag)
         with open(self.log, "wb") as lf:
             self.p = subprocess.Popen(
-                [ctx.ferryfs, "mount", ctx.share, ctx.mnt, "-f", "-o",
-                 ctx.opts], stdout=lf, stderr=subprocess.STDOUT, env=env)
+                ctx.run + [ctx.ferryfs, "mount", ctx.remote, ctx.mnt, "-f",
+                           "-o", ctx.opts],
+                stdout=lf, stderr=subprocess.STDOUT, env=env)
         Daemon.live.add(self.p.pid)
 
     def wait_mounted(self, timeout=10.0):
@@ -392,6 +403,14 @@ class Ctx:
         os.mkdir(self.share)
         os.mkdir(self.mnt)
         W.make_share(self.share)
+        # what the daemon mounts, and the prefix of every ferryfs command
+        # (nsenter execs: the daemon's pid is the Popen's)
+        self.remote = self.share
+        self.run = []
+        if args.nfs:
+            self.remote = "%s/pair.%d/share?version=%d" % (
+                args.nfs.url, n, args.nfs_version)
+            self.run = ["nsenter", "--net=" + args.nfs.netns]
         self.opts = "journal=%s/journal,cache=%s/cache" % (self.dir, self.dir)
         if args.opts:
             self.opts += "," + args.opts
@@ -406,7 +425,8 @@ class Ctx:
 
     def flush(self, timeout):
         try:
-            p = subprocess.run([self.ferryfs, "flush", self.mnt, "--wait"],
+            p = subprocess.run(self.run + [self.ferryfs, "flush", self.mnt,
+                                           "--wait"],
                                stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, timeout=timeout)
             return p.returncode, p.stdout.decode(errors="replace")
@@ -417,7 +437,8 @@ class Ctx:
         """`flush --wait` after the remount: (exit status, its output).
         Stops early once status shows an op given up for 1 s (--wait then
         waits on for files in state 'error' that will not drain)."""
-        p = subprocess.Popen([self.ferryfs, "flush", self.mnt, "--wait"],
+        p = subprocess.Popen(self.run + [self.ferryfs, "flush", self.mnt,
+                                         "--wait"],
                              stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT)
         end = time.monotonic() + timeout
@@ -444,7 +465,8 @@ class Ctx:
     def flush_until_dead(self, daemon, timeout):
         """`flush --wait` until it returns or the daemon died (the client
         may not notice that at once)."""
-        p = subprocess.Popen([self.ferryfs, "flush", self.mnt, "--wait"],
+        p = subprocess.Popen(self.run + [self.ferryfs, "flush", self.mnt,
+                                         "--wait"],
                              stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
         end = time.monotonic() + timeout
@@ -461,7 +483,8 @@ class Ctx:
 
     def status(self):
         try:
-            p = subprocess.run([self.ferryfs, "status", self.mnt, "--json"],
+            p = subprocess.run(self.run + [self.ferryfs, "status", self.mnt,
+                                           "--json"],
                                stdout=subprocess.PIPE,
                                stderr=subprocess.DEVNULL, timeout=10)
             return json.loads(p.stdout)
@@ -605,6 +628,55 @@ def run_pair(args, scratch, n, ops, point, ref, rng):
     return v, hit, time.monotonic() - t0
 
 
+# --- the NFS server (--share nfs) ---------------------------------------------------
+
+
+class NfsServer:
+    """nfs-ganesha in network namespaces of this run (nfs_server.sh):
+    exports @w/export; url (nfs://IP/export), netns (the client
+    namespace's /run/netns path). up() returns nfs_server.sh's exit
+    status (0, 77: not installed, 1: did not come up); down() whatever
+    up() left, at most once."""
+    HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                          "nfs_server.sh")
+
+    def __init__(self, w):
+        self.w = w
+        self.export = os.path.join(w, "export")
+        self.tag = str(os.getpid())
+        self.url = self.netns = None
+        self.is_up = False
+
+    def up(self):
+        self.is_up = True  # down() even after a failed up: it is harmless
+        p = subprocess.run([self.HELPER, "up", self.w, self.tag],
+                           stdout=subprocess.PIPE, timeout=120)
+        for line in p.stdout.decode(errors="replace").splitlines():
+            key, _, val = line.partition("=")
+            if key == "NFS_URL":
+                self.url = val
+            elif key == "CLIENT_NETNS":
+                self.netns = val
+        if p.returncode == 0 and not (self.url and self.netns):
+            return 1
+        return p.returncode
+
+    def down(self):
+        if self.is_up:
+            self.is_up = False
+            subprocess.run([self.HELPER, "down", self.w, self.tag],
+                           timeout=60)
+
+
+class Interrupted(BaseException):
+    """A signal: not a harness error (run_pair's except Exception)."""
+    pass
+
+
+def on_signal(signum, frame):
+    raise Interrupted(signal.Signals(signum).name)
+
+
 # --- the campaigns --------------------------------------------------------------------
 
 
@@ -699,28 +771,53 @@ def main():
         "CRASH_SCRATCH", "/dev/shm" if os.path.isdir("/dev/shm") else "/tmp"))
     ap.add_argument("--max-seconds", type=float, default=0,
                     help="stop starting pairs after this long")
+    ap.add_argument("--share", choices=["path", "nfs"], default="path",
+                    help="the share: a local directory (the path driver) "
+                    "or that directory exported by nfs-ganesha (nfs://)")
+    ap.add_argument("--nfs-version", type=int, choices=[3, 4], default=3)
     args = ap.parse_args()
+    if args.share == "nfs" and args.agent:
+        ap.error("--agent serves a local directory: not with --share nfs")
     if os.getuid() != 0 or not os.path.exists("/dev/fuse") or \
             not shutil.which("fusermount3"):
         print("crashcheck: skip: needs root, /dev/fuse and fusermount3")
         return 77
     args.ferryfs = os.path.abspath(args.ferryfs)
     pairs = plan(args)
-    scratch = tempfile.mkdtemp(dir=args.scratch, prefix="ferryfs-crash.")
-    os.chmod(scratch, 0o755)
+    top = tempfile.mkdtemp(dir=args.scratch, prefix="ferryfs-crash%s." % (
+        "-nfs" if args.share == "nfs" else ""))
+    os.chmod(top, 0o755)
+    scratch = top
+    args.nfs = None
     refs = {}
     failed, hits, tried = 0, {}, {}
-    t0 = time.monotonic()
     rng = random.Random(args.seed + 1)
     done = 0
+    interrupted = None
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    t0 = t_end = time.monotonic()
     try:
+        if args.share == "nfs":
+            args.nfs = NfsServer(top)
+            rc = args.nfs.up()
+            if rc:
+                print("crashcheck: %s" % (
+                    "skip: nfs-ganesha is not installed" if rc == 77 else
+                    "error: the NFS server did not come up (exit %s)" % rc))
+                return 77 if rc == 77 else 1
+            scratch = args.nfs.export
+            print("# share: %s/pair.N/share?version=%d (exported from %s),"
+                  " ferryfs in %s" % (args.nfs.url, args.nfs_version, scratch,
+                                      args.nfs.netns))
+            t0 = time.monotonic()
         for n, (ops, point) in enumerate(pairs):
             if args.max_seconds and time.monotonic() - t0 > args.max_seconds:
                 print("# stopped after %.0f s (--max-seconds)" %
                       (time.monotonic() - t0))
                 break
             if ops not in refs:
-                refs[ops] = Reference(ops, scratch)
+                refs[ops] = Reference(ops, top, exchange=not args.nfs)
             try:
                 v, hit, secs = run_pair(args, scratch, n, ops, point,
                                         refs[ops], rng)
@@ -750,24 +847,45 @@ def main():
                 print("ok %d - [%s] @ %s%s (%.2f s)" % (
                     n + 1, wl, point, "" if hit else " (not hit)", secs))
             sys.stdout.flush()
+    except Interrupted as e:
+        interrupted = str(e)
     finally:
+        t_end = time.monotonic()  # the pairs' time: not the teardown's
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        # interrupted mid-pair: its daemons go first
+        for pid in list(Daemon.live):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
         # a mount still up under the scratch (CI saw one, pair.57 of the
         # ci slice, not reproduced alone): said, detached, never left
         with open("/proc/self/mountinfo", "rb") as f:
             left = [ln.split()[4] for ln in f
-                    if ln.split()[4].startswith(os.fsencode(scratch + "/"))]
+                    if ln.split()[4].startswith(os.fsencode(top + "/"))]
         for m in left:
-            print("# warning: still mounted after its pair: %s" %
-                  os.fsdecode(m))
+            if not interrupted:
+                print("# warning: still mounted after its pair: %s" %
+                      os.fsdecode(m))
             subprocess.run(["fusermount3", "-uz", m],
                            stderr=subprocess.DEVNULL)
+        if args.nfs:
+            args.nfs.down()
+        if interrupted:
+            print("# interrupted (%s)" % interrupted)
         if failed == 0 and not args.keep:
-            shutil.rmtree(scratch, ignore_errors=True)
-    el = time.monotonic() - t0
+            shutil.rmtree(top, ignore_errors=True)
+        else:
+            print("# kept %s" % top)
+    el = t_end - t0
     print("# %d pairs in %.1f s: %.2f pairs/s; %d violations" % (
         done, el, done / el if el else 0, failed))
     print("# crash points: " + ", ".join(
         "%s %d/%d hit" % (k, hits[k], tried[k]) for k in sorted(tried)))
+    if interrupted:
+        return 130
     return 1 if failed else 0
 
 

@@ -71,10 +71,23 @@ def _data(kind, path):
             "append": b"+appended %s\n" % path.encode()}[kind]
 
 
-def run_op(root, op, drop_data=False):
+def run_op(root, op, drop_data=False, exchange=True):
     """Apply @op under @root; 0 or the errno. The syscalls are those an
-    application would make; @drop_data leaves out the op's data write."""
+    application would make; @drop_data leaves out the op's data write.
+    exchange=False: what a mount over a share without an atomic exchange
+    (nfs://) answers a rename_exchange: the kernel's own refusal (ENOENT
+    for a missing name, ...), 0 for two links of one inode (the VFS does
+    nothing), else EINVAL (fs/wb.c) and nothing changed."""
     kind = op[0]
+    if kind == "rename_exchange" and not exchange:
+        rc = run_op(root, op, drop_data)
+        if rc:
+            return rc
+        a, b = (os.lstat(os.path.join(root, p)) for p in op[1:3])
+        if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino):
+            return 0
+        run_op(root, op, drop_data)  # an exchange undoes itself
+        return errno.EINVAL
     P = [os.path.join(root, a) if isinstance(a, str) else a for a in op[1:]]
     try:
         if kind == "create":           # O_EXCL create with content

@@ -8,7 +8,11 @@
 #   VETH_NAS VETH_CLI  the two ends of the veth that joins them
 #   W                  a temp dir of ours (0755): the export, logs, config
 #   log()              prints one line
-# and may set NAS_EXPORT_EXTRA (more lines for ganesha's EXPORT block).
+# and may set NAS_EXPORT_EXTRA (more lines for ganesha's EXPORT block) and
+# NAS_DETACH_FUSE=1: the server's mount namespace made private (no later
+# mount of the host propagates into it) and the FUSE mounts copied into it
+# from the host's detached there (umount -l), so that a FUSE mount made,
+# killed or unmounted on the host is never held or met by ganesha.
 #
 # nas_need_packages   installs nfs-ganesha, nfs-ganesha-vfs, rpcbind if
 #                     missing (apt-get); 1 if that is not possible
@@ -120,6 +124,16 @@ EOF
 #!/bin/bash
 W=$1
 mount -t tmpfs -o mode=0755 "$3-run" /run || exit 1
+if [ "$4" = 1 ]; then
+	mount --make-rprivate / || exit 1
+	# mountinfo: field 5 the mount point (octal escapes), the fstype
+	# after the "-" that ends the optional fields; deepest first
+	awk '{ for (i = 7; i < NF; i++) if ($i == "-") {
+		if ($(i + 1) ~ /^fuse/) print $5; break } }' /proc/self/mountinfo |
+		sort -r | while IFS= read -r m; do
+		umount -l "$(printf '%b' "$m")" 2>/dev/null
+	done
+fi
 mkdir -p /run/ganesha /run/rpcbind
 rpcbind -f -h "$2" >"$W/rpcbind.log" 2>&1 &
 sleep 0.3
@@ -140,7 +154,7 @@ while kill -0 "\$pid" 2>/dev/null; do sleep 0.05; done
 EOF
 	chmod +x "$W/serve.sh" "$W/restart.sh"
 	setsid ip netns exec "$NS_NAS" "$W/serve.sh" "$W" "$IP_NAS" "$NS_NAS" \
-		</dev/null >"$W/serve.log" 2>&1 &
+		"${NAS_DETACH_FUSE:-0}" </dev/null >"$W/serve.log" 2>&1 &
 	NFS_URL=nfs://$IP_NAS/export
 	NFS_DIR=$W/export
 	CLIENT_NETNS=/run/netns/$NS_CLI
