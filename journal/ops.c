@@ -708,6 +708,19 @@ static int place_elsewhere(struct jnl_wtx *w, jnl_id id, struct jnl_nrec *a,
 	return rc > 0 ? jnl_mdb(w->j, rc) : rc;
 }
 
+/* place_elsewhere() with a scratch record of its own. */
+static int place_other(struct jnl_wtx *w, jnl_id id, struct jnl_nrec *n)
+{
+	struct jnl_nrec *p = malloc(sizeof(*p));
+	int rc;
+
+	if (!p)
+		return -ENOMEM;
+	rc = place_elsewhere(w, id, n, p);
+	free(p);
+	return rc;
+}
+
 static int ack_effects(struct jnl_wtx *w, const struct jnl_orec *o,
 		       struct jnl_nrec *a, struct jnl_nrec *b)
 {
@@ -752,10 +765,19 @@ static int ack_effects(struct jnl_wtx *w, const struct jnl_orec *o,
 		if (rc)
 			return rc;
 		if (r->id2 && at(b, r->newparent, o->newname)) {
-			if (r->flags & RENAME_EXCHANGE)
+			if (r->flags & RENAME_EXCHANGE) {
 				place(b, r->parent, o->name);
-			else
+			} else {
+				/* replaced: a hard link of it elsewhere is
+				 * its name on the remote now, as at an
+				 * unlink (else its data went nowhere and a
+				 * lookup of that link failed) */
 				place(b, 0, "");
+				if (!(b->r.flags & JNL_NODE_UNLINKED))
+					rc = place_other(w, r->id2, b);
+				if (rc)
+					return rc;
+			}
 		}
 		/* nowhere but named (place_elsewhere() found no name the
 		 * remote has): the remote has it at the new name now */

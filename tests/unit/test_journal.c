@@ -1192,6 +1192,35 @@ static void test_journal__unlink_of_newest_link_keeps_older_name(void **state)
 	jnl_assert_sane(fx->j);
 }
 
+/* A rename over the newest link of a file: its older name is where the
+ * remote has it now, as after an unlink of that link (crash checker:
+ * [link A/f B/f; rename A/g B/f] left A/f listed in the mount and not
+ * found by a lookup, placed nowhere). */
+static void test_journal__rename_over_a_link_keeps_older_name(void **state)
+{
+	struct fx *fx = *state;
+	struct jnl_node n;
+	jnl_id f, g;
+
+	f = mk_file(fx->j, JNL_ROOT, "r1");
+	g = mk_file(fx->j, JNL_ROOT, "r2");
+	assert_rc_ok(jnl_sync(fx->j));
+	ack_everything(fx->j);
+	assert_rc_ok(jnl_link(fx->j, f, JNL_ROOT, "r3"));
+	assert_rc_ok(jnl_sync(fx->j));
+	ack_everything(fx->j);
+	assert_rpath(fx->j, f, "r3");
+	assert_rc_ok(jnl_rename(fx->j, JNL_ROOT, "r2", JNL_ROOT, "r3", 0));
+	assert_rc_ok(jnl_sync(fx->j));
+	ack_everything(fx->j);
+	assert_rpath(fx->j, g, "r3");
+	assert_rpath(fx->j, f, "r1");
+	assert_rc_ok(jnl_node_get(fx->j, f, &n));
+	assert_int_equal(n.nlink, 1);
+	assert_false(n.flags & JNL_NODE_UNLINKED);
+	jnl_assert_sane(fx->j);
+}
+
 /* Another writer changed a flushed file: the journal takes its attributes;
  * with changes pending it keeps its own. */
 static void test_journal__refresh_only_when_nothing_pending(void **state)
@@ -3617,6 +3646,7 @@ int main(void)
 		T(test_journal__create_link_symlink_setattr),
 		T(test_journal__link_ack_moves_the_remote_name),
 		T(test_journal__unlink_of_newest_link_keeps_older_name),
+		T(test_journal__rename_over_a_link_keeps_older_name),
 		T(test_journal__names_holders_and_movers_alternate),
 		T(test_journal__refresh_only_when_nothing_pending),
 		T(test_journal__conflict_base_tracking),
