@@ -58,10 +58,11 @@ AGENT_POINTS = ["agent_before_sync"]
 # --- trees --------------------------------------------------------------------------
 
 
-def snapshot(root):
+def snapshot(root, data=None):
     """{path: entry} of the tree under @root, and its hard-link groups.
     entry: (type, mode, uid, gid, size, sha256, symlink target); times are
-    not compared. Groups: the sets of >= 2 paths of one inode."""
+    not compared. Groups: the sets of >= 2 paths of one inode. @data, a
+    dict: gets the bytes of each file (contents_bad())."""
     ents, inos = {}, {}
 
     def walk(rel):
@@ -90,10 +91,12 @@ def snapshot(root):
                                None, os.readlink(full))
                 elif stat.S_ISREG(st.st_mode):
                     with open(full, "rb") as f:
-                        data = f.read()
-                    ents[p] = ("file", mode, st.st_uid, st.st_gid, len(data),
-                               "zeros" if data and not data.strip(b"\0")
-                               else hashlib.sha256(data).hexdigest()[:16],
+                        b = f.read()
+                    if data is not None:
+                        data[p] = b
+                    ents[p] = ("file", mode, st.st_uid, st.st_gid, len(b),
+                               "zeros" if b and not b.strip(b"\0")
+                               else hashlib.sha256(b).hexdigest()[:16],
                                None)
                     inos.setdefault(st.st_ino, []).append(p)
                 else:
@@ -164,6 +167,7 @@ class Reference:
         self.ops = ops
         n = len(ops)
         self.states = {}
+        self.data = {}  # data[c][k]: {path: bytes} of states[c][k]
         self.sync_ino = [None] * n
         self.ino_at = []
         self.results = []
@@ -171,10 +175,11 @@ class Reference:
             root = tempfile.mkdtemp(dir=scratch, prefix="ref.")
             W.make_share(root)
             held = []
-            row = {}
+            row, drow = {}, {}
             for k in range(n + 1):
                 if k >= c:
-                    row[k] = snapshot(root)
+                    drow[k] = {}
+                    row[k] = snapshot(root, drow[k])
                 if c == n:
                     held += self._hold(root)
                     self.ino_at.append(self._inos(root))
@@ -195,6 +200,7 @@ class Reference:
                 os.close(fd)
             shutil.rmtree(root)
             self.states[c] = row
+            self.data[c] = drow
 
     @staticmethod
     def _hold(root):
@@ -222,7 +228,8 @@ class Reference:
 # --- the oracle ----------------------------------------------------------------------
 
 
-def oracle(ref, res, crashed_at, share_snap, mount_snap, flush_rc, status):
+def oracle(ref, res, crashed_at, share_snap, mount_snap, flush_rc, status,
+           share_data=None):
     """The violations (a list of lines; empty if the run is consistent).
 
     @res: the mount's results of the ops it ran; @crashed_at: the index of
@@ -264,7 +271,7 @@ def oracle(ref, res, crashed_at, share_snap, mount_snap, flush_rc, status):
             if best_diff is None or len(d) < len(best_diff):
                 best, best_diff = k, d
             continue
-        bad = contents_bad(ref, k, share_snap, res)
+        bad = contents_bad(ref, k, share_snap, res, share_data)
         if not bad:
             best = None
             break
@@ -294,10 +301,29 @@ def oracle(ref, res, crashed_at, share_snap, mount_snap, flush_rc, status):
     return v
 
 
-def contents_bad(ref, k, snap, res):
+def mixed_ok(ref, k, p, lo, got):
+    """Is @got (bytes of file @p) the size of some states[c][k], lo <= c
+    <= k, with each byte that of c or of a later c2 <= k that has it (its
+    data writes kept)? A kill after a write whose mark was lost, into a
+    chunk an earlier committed mark covers, leaves the staging file's
+    newer bytes inside the earlier size: written in place, as ext4
+    data=ordered overwrites blocks in place (README "What survives")."""
+    for c in range(lo, k + 1):
+        base = ref.data[c][k].get(p)
+        if base is None or len(base) != len(got):
+            continue
+        later = [ref.data[c2][k].get(p) or b"" for c2 in range(c + 1, k + 1)]
+        if all(g == base[i] or any(i < len(d) and d[i] == g for d in later)
+               for i, g in enumerate(got)):
+            return True
+    return False
+
+
+def contents_bad(ref, k, snap, res, data=None):
     """The files of @snap whose content is not one state k allows: the
     content in states[c][k] for some c from the file's last fsync (before
-    step k, the inode it synced) to k. Empty if all are allowed."""
+    step k, the inode it synced) to k, or a mix of such states mixed_ok()
+    allows. Empty if all are allowed."""
     bad = []
     inos = ref.ino_at[k]
     for p, e in snap[0].items():
@@ -309,7 +335,9 @@ def contents_bad(ref, k, snap, res):
                     res[i] == 0 and ref.sync_ino[i] == inos.get(p)):
                 lo = i
         allowed = {content(ref.states[c][k], p) for c in range(lo, k + 1)}
-        if content(snap, p) not in allowed:
+        if content(snap, p) not in allowed and not (
+                data is not None and p in data and
+                mixed_ok(ref, k, p, lo, data[p])):
             bad.append("  %s: size %d sha %s, allowed: %s (data writes from "
                        "step %d on may be lost)" % (
                            p, e[4], e[5], ", ".join(
@@ -607,11 +635,13 @@ def run_pair(args, scratch, n, ops, point, ref, rng):
     frc, fout = ctx.flush_final(20)
     status = ctx.status()
     mount_snap = snapshot(ctx.mnt)
-    share_snap = snapshot(ctx.share)
+    share_data = {}
+    share_snap = snapshot(ctx.share, share_data)
     clean = d.stop()
     if agent:
         agent.stop()
-    v = oracle(ref, res, crashed_at, share_snap, mount_snap, frc, status)
+    v = oracle(ref, res, crashed_at, share_snap, mount_snap, frc, status,
+               share_data)
     if not clean:
         v.append("the daemon did not exit 20 s after the unmount")
     if v and fout.strip():
