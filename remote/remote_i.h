@@ -204,4 +204,11 @@ int rmt_throttle_wrap(struct rmt *inner, struct rmt_throttle_opts *t,
 /* A driver injected a failure (remote_fault): counted in rmt_counters(). */
 void rmt_count_fault(struct rmt *r);
 
+#ifdef FERRYFS_FUZZ
+/* tests/fuzz/fuzz_opts.c only: the URL parsers of nfs.c and smb.c on
+ * their own (0 or -errno; nothing kept) */
+int rmt_nfs_parse_url_fuzz(const char *url);
+int rmt_smb_parse_url_fuzz(const char *url);
+#endif
+
 #endif

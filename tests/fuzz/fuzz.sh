@@ -5,7 +5,8 @@
 #   tests/fuzz/fuzz.sh TARGET OUT_DIR SECONDS|-runs=N [LIBFUZZER_ARGS...]
 #
 # TARGET: agent (agent/ proto + server), journal (journal/rec.c record
-# decoders). The targets other
+# decoders), opts (fs/opts.c, nfs/smb parse_url, throttle/pool options).
+# The targets other
 # than agent link the modules they do not fuzz from the project's build
 # (FERRYFS_BUILD, default ./build: the gcc build of the same tree); only
 # the files under test are compiled here, instrumented.
@@ -68,6 +69,12 @@ agent)
 journal)
 	files=(journal/rec.c)
 	cover_files=(journal/rec.c)
+	;;
+opts)
+	files=(fs/opts.c remote/nfs.c remote/smb.c remote/throttle.c
+		remote/pool.c)
+	cover_files=("${files[@]}")
+	defs+=(-DFUSE_USE_VERSION=314)
 	;;
 *)
 	echo "fuzz.sh: unknown target '$target'" >&2

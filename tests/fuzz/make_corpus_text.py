@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""make_corpus_text.py - write the seeds of tests/fuzz/corpus_opts/ and
+tests/fuzz/corpus_ctl/: good and near-good inputs of each parser, the first
+byte picking the parser as fuzz_opts.c and fuzz_ctl.c read it.
+
+    tests/fuzz/make_corpus_text.py   (from anywhere; rewrites both dirs)
+"""
+import os
+
+top = os.path.dirname(os.path.abspath(__file__))
+
+OPTS = {
+    # 0: nfs parse_url
+    "nfs_v3": (0, "nfs://server/export/dir"),
+    "nfs_v4_args": (0, "nfs://10.0.0.1/exp//a/b/?version=4&uid=0&gid=0"),
+    "nfs_ipv6": (0, "nfs://[fe80::1]/export"),
+    "nfs_dotdot": (0, "nfs://h/export/../etc"),
+    "nfs_port": (0, "nfs://h:2049/export"),
+    # 1: smb parse_url
+    "smb_share": (1, "smb://host/share"),
+    "smb_user": (1, "smb://DOM;user@host:445/share//sub/dir/"),
+    "smb_pass": (1, "smb://user:pw@host/share"),
+    "smb_noshare": (1, "smb://host/"),
+    # 2: rmt_throttle_parse
+    "throttle": (2, "remote_rate=10M,remote_stream_rate=1.5MiB,"
+                    "remote_latency=20ms,uid=0"),
+    "throttle_fault": (2, "remote_fault=/tmp/x,,remote_latency=1s"),
+    "throttle_bad": (2, "remote_rate=-1,remote_latency=5parsecs"),
+    # 3: rmt_parse_rate
+    "rate_k": (3, "512k"),
+    "rate_frac": (3, "1.25GiB"),
+    "rate_huge": (3, "99999999999999999999T"),
+    # 4: rmt_pool_parse
+    "pool": (4, "connections=8,version=4"),
+    "pool_bad": (4, "connections=0,connections=65"),
+    # 5: fs_opts_parse, argv one a line
+    "cmd_wt": (5, "mount\nnfs://h/e\n/mnt\n-f\n-o\nattr_timeout=0.5,"
+                  "max_threads=4"),
+    "cmd_wb": (5, "/srv/r\n/mnt\n-o\nwriteback=/var/j,sync=always,"
+                  "verify=sha256,bwlimit=10M,journal_max=1G,"
+                  "chunk_size=1M,streams=8"),
+    "cmd_cache": (5, "/srv/r\n/mnt\n-ocache=/var/c,cache_max=2G,"
+                     "cache_ttl=30s,readahead=2,cache_local"),
+    "cmd_agent": (5, "/srv/r\n/mnt\n-o\nwriteback=/j,agent=h:7070/p,"
+                     "agent_key=/k,agent_encrypt"),
+    "cmd_remote": (5, "smb://u@h/s\n/mnt\n-o\ncredentials=/c,"
+                      "connections=4,remote_rate=1M"),
+    "cmd_help": (5, "-h\n--version\n-d"),
+    "cmd_extra": (5, "a\nb\nc"),
+}
+
+CTL = {
+    # 0: a request line as the daemon reads it (fs_ctl_read_line, then
+    # fs_ctl_parse)
+    "req_status": (0, "status\n"),
+    "req_flush": (0, "flush\r\n"),
+    "req_pause": (0, "pause"),
+    "req_resume": (0, "resume\nstatus\n"),
+    "req_unknown": (0, "frobnicate\n"),
+    # 1: a reply as the client reads it (fs_ctl_read_reply, then the
+    # JSON readers of `ferryfs status`)
+    "rep_ok": (1, '{"ok": true}\n'),
+    "rep_err": (1, '{"ok": false, "error": "unknown command"}\n'),
+    "rep_flush": (1, '{"ok": true, "pending_bytes": 4096, '
+                     '"pending_ops": 2}\n'),
+    "rep_status": (1, '{"ok": true, "mode": "writeback", "remote": '
+                      '"nfs://h/e", "state": "online", "paused": false, '
+                      '"dirty_bytes": 1, "inflight_bytes": 2, '
+                      '"pending_ops": 3, "streams": [{"id": 0, '
+                      '"state": "busy", "path": "a/b", "bytes": 7}], '
+                      '"conflicts": ["x"], "cache": {"bytes": 9}}\n'),
+    "rep_trunc": (1, '{"ok": true, "streams": [{"id"'),
+}
+
+
+def write(name, table):
+    d = os.path.join(top, "corpus_" + name)
+    os.makedirs(d, exist_ok=True)
+    for f in os.listdir(d):
+        os.unlink(os.path.join(d, f))
+    for fname, (kind, text) in table.items():
+        with open(os.path.join(d, fname), "wb") as f:
+            f.write(bytes([kind]) + text.encode())
+
+
+write("opts", OPTS)
+write("ctl", CTL)
