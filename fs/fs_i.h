@@ -298,6 +298,10 @@ enum fs_ctl_cmd fs_ctl_parse(const char *line);
  * cut the same way; caller owns *out (free()); its length, or -errno. */
 int fs_ctl_read_line(int fd, char *buf, size_t size);
 int fs_ctl_read_reply(int fd, char **out);
+#ifdef FERRYFS_FUZZ
+/* main.c, tests/fuzz/fuzz_ctl.c only: the client's reading of a reply */
+int fs_cli_reply_fuzz(const char *text);
+#endif
 /* The device number of the topmost mount at the absolute path @mnt (from
  * /proc/self/mountinfo). Errors: -ENOENT. */
 int fs_mount_dev(const char *mnt, unsigned int *maj, unsigned int *min);

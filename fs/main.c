@@ -448,6 +448,27 @@ static void malloc_keep(void)
 	(void)mallopt(M_TRIM_THRESHOLD, 128 << 20);
 }
 
+#ifdef FERRYFS_FUZZ
+/* tests/fuzz/fuzz_ctl.c: what `ferryfs status` and `flush --wait` make
+ * of a reply (fs_i.h); the printing goes to stdout, which the fuzzer
+ * closes. 0, or -EPROTO for no JSON object, as call() says. */
+int fs_cli_reply_fuzz(const char *text)
+{
+	json_t *reply = json_loads(text, 0, NULL);
+
+	if (!json_is_object(reply)) {
+		json_decref(reply);
+		return -EPROTO;
+	}
+	if (json_ok(reply)) {
+		print_status(reply);
+		print_progress(reply);
+	}
+	json_decref(reply);
+	return 0;
+}
+#endif
+
 int main(int argc, char *argv[])
 {
 	struct fuse_args args;

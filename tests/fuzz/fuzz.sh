@@ -5,8 +5,8 @@
 #   tests/fuzz/fuzz.sh TARGET OUT_DIR SECONDS|-runs=N [LIBFUZZER_ARGS...]
 #
 # TARGET: agent (agent/ proto + server), journal (journal/rec.c record
-# decoders), opts (fs/opts.c, nfs/smb parse_url, throttle/pool options).
-# The targets other
+# decoders), opts (fs/opts.c, nfs/smb parse_url, throttle/pool options),
+# ctl (fs/ctl.c request and reply lines, status JSON). The targets other
 # than agent link the modules they do not fuzz from the project's build
 # (FERRYFS_BUILD, default ./build: the gcc build of the same tree); only
 # the files under test are compiled here, instrumented.
@@ -75,6 +75,13 @@ opts)
 		remote/pool.c)
 	cover_files=("${files[@]}")
 	defs+=(-DFUSE_USE_VERSION=314)
+	;;
+ctl)
+	# main.c for its reply readers; its main() renamed out of the way
+	files=(fs/ctl.c fs/status.c fs/main.c)
+	cover_files=("${files[@]}")
+	defs+=(-Dmain=ferryfs_main)
+	fdmask=3 # and main.c's printers write on stdout
 	;;
 *)
 	echo "fuzz.sh: unknown target '$target'" >&2

@@ -3,7 +3,8 @@
 tests/fuzz/corpus_ctl/: good and near-good inputs of each parser, the first
 byte picking the parser as fuzz_opts.c and fuzz_ctl.c read it.
 
-    tests/fuzz/make_corpus_text.py   (from anywhere; rewrites both dirs)
+    tests/fuzz/make_corpus_text.py   (from anywhere; rewrites its seeds,
+                                      leaves the regress_* ones)
 """
 import os
 
@@ -75,9 +76,7 @@ CTL = {
 
 def write(name, table):
     d = os.path.join(top, "corpus_" + name)
-    os.makedirs(d, exist_ok=True)
-    for f in os.listdir(d):
-        os.unlink(os.path.join(d, f))
+    os.makedirs(d, exist_ok=True)  # regress_* seeds (a bug's input) stay
     for fname, (kind, text) in table.items():
         with open(os.path.join(d, fname), "wb") as f:
             f.write(bytes([kind]) + text.encode())
