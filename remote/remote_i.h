@@ -209,6 +209,10 @@ void rmt_count_fault(struct rmt *r);
  * their own (0 or -errno; nothing kept) */
 int rmt_nfs_parse_url_fuzz(const char *url);
 int rmt_smb_parse_url_fuzz(const char *url);
+/* tests/fuzz/fuzz_smb.c only: the two reading ends of smb.c's worker
+ * protocol on the socket @fd (0 or -errno) */
+int rmt_smb_worker_fuzz(int fd, bool conf, const char *base);
+int rmt_smb_reply_fuzz(int fd, bool dyn);
 #endif
 
 #endif

@@ -6,7 +6,8 @@
 #
 # TARGET: agent (agent/ proto + server), journal (journal/rec.c record
 # decoders), opts (fs/opts.c, nfs/smb parse_url, throttle/pool options),
-# ctl (fs/ctl.c request and reply lines, status JSON). The targets other
+# ctl (fs/ctl.c request and reply lines, status JSON), smb (remote/smb.c
+# worker protocol, both reading ends). The targets other
 # than agent link the modules they do not fuzz from the project's build
 # (FERRYFS_BUILD, default ./build: the gcc build of the same tree); only
 # the files under test are compiled here, instrumented.
@@ -82,6 +83,10 @@ ctl)
 	cover_files=("${files[@]}")
 	defs+=(-Dmain=ferryfs_main)
 	fdmask=3 # and main.c's printers write on stdout
+	;;
+smb)
+	files=(remote/smb.c)
+	cover_files=("${files[@]}")
 	;;
 *)
 	echo "fuzz.sh: unknown target '$target'" >&2

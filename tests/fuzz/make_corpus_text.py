@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
-"""make_corpus_text.py - write the seeds of tests/fuzz/corpus_opts/ and
-tests/fuzz/corpus_ctl/: good and near-good inputs of each parser, the first
-byte picking the parser as fuzz_opts.c and fuzz_ctl.c read it.
+"""make_corpus_text.py - write the seeds of tests/fuzz/corpus_opts/,
+tests/fuzz/corpus_ctl/ and tests/fuzz/corpus_smb/: good and near-good
+inputs of each parser, the first byte picking the parser as fuzz_opts.c,
+fuzz_ctl.c and fuzz_smb.c read it (smb's are binary: the layouts of
+remote/smb.c struct req, struct rep, struct conf_lens and pack_dirent()
+on x86-64).
 
     tests/fuzz/make_corpus_text.py   (from anywhere; rewrites its seeds,
                                       leaves the regress_* ones)
 """
 import os
+import struct
 
 top = os.path.dirname(os.path.abspath(__file__))
 
@@ -73,14 +77,58 @@ CTL = {
     "rep_trunc": (1, '{"ok": true, "streams": [{"id"'),
 }
 
+CRED_MAX = 256
+STAT_SIZE = 144  # struct stat, x86-64
+OP_STAT, OP_READDIR, OP_RENAME, OP_PREAD = 2, 4, 8, 15
+
+
+def req(op, p1=b"", p2=b"", a=0, b=0):
+    return struct.pack("<IIIIQQqqqq", op, len(p1), len(p2), 0, 0, 0, a, b,
+                       0, 0) + p1 + p2
+
+
+def rep(rc, data=b""):
+    return struct.pack("<qQ", rc, len(data)) + data
+
+
+def dirent(name, st=False):
+    return (struct.pack("<HB", len(name), 1 if st else 0) +
+            (bytes(STAT_SIZE) if st else b"") + name)
+
+
+def conf(user, server, base):
+    cred = lambda s: s + bytes(CRED_MAX - len(s))
+    return (struct.pack("<II", len(server), len(base)) + cred(user) +
+            cred(b"") + cred(b"") + server + base)
+
+
+SMB = {
+    "conf": (0, conf(b"alice", b"host", b"smb://host/share")),
+    "conf_nonul": (0, struct.pack("<II", 4, 4) + b"u" * CRED_MAX),
+    "req_stat": (1, req(OP_STAT, b"dir/file.txt")),
+    "req_rename": (1, req(OP_RENAME, b"a b", "ü/c".encode()) +
+                   req(OP_STAT)),
+    "req_pread": (1, req(OP_PREAD, b"", b"", 0, 1 << 20)),
+    "req_bad_utf8": (1, req(OP_STAT, b"\xff\\x")),
+    "rep_stat": (2, rep(0, bytes(STAT_SIZE))),
+    "rep_err": (2, rep(-2)),
+    "rep_big": (2, rep(0, bytes(STAT_SIZE + 1))),
+    "rep_list": (3, rep(0, dirent(b"a") + dirent(b"file.txt", True) +
+                        dirent(b".ferryfs-unlinked-1"))),
+    "rep_list_cut": (3, rep(0, dirent(b"abc")[:-1])),
+}
+
 
 def write(name, table):
     d = os.path.join(top, "corpus_" + name)
     os.makedirs(d, exist_ok=True)  # regress_* seeds (a bug's input) stay
     for fname, (kind, text) in table.items():
         with open(os.path.join(d, fname), "wb") as f:
-            f.write(bytes([kind]) + text.encode())
+            if isinstance(text, str):
+                text = text.encode()
+            f.write(bytes([kind]) + text)
 
 
 write("opts", OPTS)
 write("ctl", CTL)
+write("smb", SMB)
