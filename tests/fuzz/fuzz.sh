@@ -26,7 +26,7 @@
 # FUZZ_COVERAGE=1: build with clang's source coverage instead, run every
 # seed once (and every input of the directories given as LIBFUZZER_ARGS,
 # e.g. the OUT_DIR/corpus a run grew), and print llvm-cov's report of the
-# files under test.
+# files under test, by file and by function.
 set -euo pipefail
 
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -83,6 +83,7 @@ ctl)
 	cover_files=("${files[@]}")
 	defs+=(-Dmain=ferryfs_main)
 	fdmask=3 # and main.c's printers write on stdout
+	maxlen=16384 # a reply over 8 KiB grows fs_ctl_read_reply()'s buffer
 	;;
 smb)
 	files=(remote/smb.c)
@@ -138,6 +139,9 @@ if [[ $cover == 1 ]]; then
 	llvm-profdata-14 merge -sparse "$out"/cov-*.profraw -o "$out/cov.profdata"
 	llvm-cov-14 report "$bin" -instr-profile="$out/cov.profdata" \
 		"${cover_files[@]/#/$src/}"
+	# and per function: most of nfs.c and smb.c is no parser
+	llvm-cov-14 report --show-functions "$bin" \
+		-instr-profile="$out/cov.profdata" "${cover_files[@]/#/$src/}"
 	exit 0
 fi
 

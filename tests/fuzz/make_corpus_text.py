@@ -41,9 +41,11 @@ OPTS = {
     # 5: fs_opts_parse, argv one a line
     "cmd_wt": (5, "mount\nnfs://h/e\n/mnt\n-f\n-o\nattr_timeout=0.5,"
                   "max_threads=4"),
-    "cmd_wb": (5, "/srv/r\n/mnt\n-o\nwriteback=/var/j,sync=always,"
-                  "verify=sha256,bwlimit=10M,journal_max=1G,"
-                  "chunk_size=1M,streams=8"),
+    "cmd_wb": (5, "/srv/r\n/mnt\n-o\nwriteback=on,journal=/var/j,"
+                  "sync=remote,verify=readback,bwlimit=10M,"
+                  "journal_max=1G,chunk_size=1M,streams=8"),
+    "cmd_wb_off": (5, "/srv/r\n/mnt\n-owriteback=off,sync=journal,"
+                      "verify=none,cache=off,streams=65,max_read=1"),
     "cmd_cache": (5, "/srv/r\n/mnt\n-ocache=/var/c,cache_max=2G,"
                      "cache_ttl=30s,readahead=2,cache_local"),
     "cmd_agent": (5, "/srv/r\n/mnt\n-o\nwriteback=/j,agent=h:7070/p,"
@@ -68,13 +70,27 @@ CTL = {
     "rep_err": (1, '{"ok": false, "error": "unknown command"}\n'),
     "rep_flush": (1, '{"ok": true, "pending_bytes": 4096, '
                      '"pending_ops": 2}\n'),
-    "rep_status": (1, '{"ok": true, "mode": "writeback", "remote": '
-                      '"nfs://h/e", "state": "online", "paused": false, '
-                      '"dirty_bytes": 1, "inflight_bytes": 2, '
-                      '"pending_ops": 3, "streams": [{"id": 0, '
-                      '"state": "busy", "path": "a/b", "bytes": 7}], '
-                      '"conflicts": ["x"], "cache": {"bytes": 9}}\n'),
+    "rep_status": (1, '{"ok": true, "mode": "write-back", "remote": '
+                      '"nfs://h/e", "mountpoint": "/mnt", "paused": false, '
+                      '"pending_bytes": 1, "pending_files": 1, '
+                      '"pending_ops": 3, "rate_bps": 1.5e6, "eta_s": 4, '
+                      '"resent_bytes": 0, "failed_ops": 0, "streams": '
+                      '[{"state": "busy", "rate_bps": 7, "via": "x"}], '
+                      '"conflicts": 1, "conflict_paths": ["x"], '
+                      '"cache": {"bytes": 9, "max_bytes": 10, '
+                      '"hits": 1, "misses": 2}}\n'),
+    "rep_status_wt": (1, '{"ok": true, "mode": "write-through", '
+                         '"drained": true, "cache": null, '
+                         '"cache_off": "cache=off"}\n'),
     "rep_trunc": (1, '{"ok": true, "streams": [{"id"'),
+    # 128 streams: ~10 KB, more than the first read of fs_ctl_read_reply()
+    # takes (8 KiB): its buffer grows (64 streams are ~20 KB in full)
+    "rep_status_128": (1, '{"ok": true, "mode": "write-back", "streams": ['
+                         + ", ".join('{"id": %d, "state": "sending", '
+                                     '"rate_bps": 125000000, "via": '
+                                     '"10.0.0.%d:7070"}' % (i, i)
+                                     for i in range(128))
+                         + '], "conflict_paths": ["a", "b/c"]}\n'),
 }
 
 CRED_MAX = 256
