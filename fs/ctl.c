@@ -288,12 +288,36 @@ static int sock_name(const char *mnt, char name[64], uid_t *owner)
 	return 0;
 }
 
-static int read_line(int fd, char *buf, size_t size)
+enum fs_ctl_cmd fs_ctl_parse(const char *line)
+{
+	static const struct {
+		const char *word;
+		enum fs_ctl_cmd cmd;
+	} cmds[] = {
+		{ "status", FS_CTL_STATUS },
+		{ "flush", FS_CTL_FLUSH },
+		{ "pause", FS_CTL_PAUSE },
+		{ "resume", FS_CTL_RESUME },
+	};
+
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		if (!strcmp(line, cmds[i].word))
+			return cmds[i].cmd;
+	return FS_CTL_UNKNOWN;
+}
+
+int fs_ctl_read_line(int fd, char *buf, size_t size)
 {
 	size_t n = 0;
 
+#if FUZZ_PLANT
+	/* planted for tests/fuzz (fuzz_plant_ctl): no room for the NUL */
+	while (n < size) {
+		ssize_t r = read(fd, buf + n, size - n);
+#else
 	while (n + 1 < size) {
 		ssize_t r = read(fd, buf + n, size - 1 - n);
+#endif
 
 		if (r < 0) {
 			if (errno == EINTR)
@@ -342,7 +366,7 @@ static void serve_one(struct fs_ctl *c, int cfd)
 	 * socket forever */
 	setsockopt(cfd, SOL_SOCKET, SO_RCVTIMEO, &tmo, sizeof(tmo));
 	setsockopt(cfd, SOL_SOCKET, SO_SNDTIMEO, &tmo, sizeof(tmo));
-	if (read_line(cfd, cmd, sizeof(cmd)) <= 0)
+	if (fs_ctl_read_line(cfd, cmd, sizeof(cmd)) <= 0)
 		return;
 	rc = c->handler(c->arg, cmd, &reply);
 	if (rc < 0)
@@ -467,9 +491,7 @@ void fs_ctl_stop(struct fs_ctl *c)
 	free(c);
 }
 
-/* The reply: up to its newline or the end of the stream, any length
- * (FS_CTL_REPLY_MAX at most); caller owns *out. */
-static int read_reply(int fd, char **out)
+int fs_ctl_read_reply(int fd, char **out)
 {
 	size_t n = 0, cap = 8192;
 	char *buf = malloc(cap), *b;
@@ -595,7 +617,7 @@ int fs_ctl_call(const char *mountpoint, const char *cmd, char **reply)
 		rc = -EIO;
 		goto out_close;
 	}
-	rc = read_reply(fd, reply);
+	rc = fs_ctl_read_reply(fd, reply);
 	if (rc == 0) {
 		rc = -EACCES; /* closed without a reply: not ours to ask */
 		free(*reply);

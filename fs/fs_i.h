@@ -280,6 +280,28 @@ void fs_ctl_stop(struct fs_ctl *c);
  * -EACCES (not ours to ask), -EPERM (the socket is answered by another
  * user than the mount's owner or root: not believed), -ENOMEM. */
 int fs_ctl_call(const char *mountpoint, const char *cmd, char **reply);
+/* The command of a request line (no newline): FS_CTL_UNKNOWN for
+ * anything but the exact words. Pure; the handlers switch on it. */
+enum fs_ctl_cmd {
+	FS_CTL_UNKNOWN,
+	FS_CTL_STATUS,
+	FS_CTL_FLUSH,
+	FS_CTL_PAUSE,
+	FS_CTL_RESUME,
+};
+enum fs_ctl_cmd fs_ctl_parse(const char *line);
+/* The framing of both sides, for tests/fuzz/fuzz_ctl.c too. Server: read
+ * one request line of at most @size - 1 bytes from @fd into @buf, cut at
+ * its first CR or LF and NUL-terminated; the bytes read (0: the client
+ * sent nothing), or -errno. Client: read the reply up to its newline or
+ * the end of the stream, any length (16 MiB at most, else -EMSGSIZE),
+ * cut the same way; caller owns *out (free()); its length, or -errno. */
+int fs_ctl_read_line(int fd, char *buf, size_t size);
+int fs_ctl_read_reply(int fd, char **out);
+#ifdef FERRYFS_FUZZ
+/* main.c, tests/fuzz/fuzz_ctl.c only: the client's reading of a reply */
+int fs_cli_reply_fuzz(const char *text);
+#endif
 /* The device number of the topmost mount at the absolute path @mnt (from
  * /proc/self/mountinfo). Errors: -ENOENT. */
 int fs_mount_dev(const char *mnt, unsigned int *maj, unsigned int *min);
@@ -458,7 +480,7 @@ void fs_wb_stop(struct fs *fs);
 /* the last ref of a write-back handle (h->id) went: the journal drops the
  * data of its node if that has no name left (jnl_node_close()) */
 void fs_wb_handle_gone(struct fs *fs, struct fs_handle *h);
-int fs_wb_ctl(struct fs *fs, const char *cmd, char **reply);
+int fs_wb_ctl(struct fs *fs, enum fs_ctl_cmd cmd, char **reply);
 /* The write-back part of *st (fs_status_get()). Errors: -ENOMEM. */
 int fs_wb_status(struct fs *fs, struct fs_status *st);
 

@@ -32,14 +32,20 @@
 
 /* The replies of the control socket, read with jansson (status.c writes
  * them): a number, a string, a boolean of an object, or -1, "", false
- * when it has no such member. */
+ * when it has no such member (or a number out of long long's range). */
 static long long json_num(const json_t *o, const char *key)
 {
 	const json_t *v = json_object_get(o, key);
+	double d;
 
 	if (json_is_integer(v))
 		return (long long)json_integer_value(v);
-	return json_is_real(v) ? (long long)json_real_value(v) : -1;
+	if (!json_is_real(v))
+		return -1;
+	/* a real out of long long's range (or NaN) converts to nothing
+	 * defined: read as absent */
+	d = json_real_value(v);
+	return d > -0x1p63 && d < 0x1p63 ? (long long)d : -1;
 }
 
 static const char *json_str(const json_t *o, const char *key)
@@ -441,6 +447,27 @@ static void malloc_keep(void)
 	(void)mallopt(M_MMAP_THRESHOLD, 32 << 20);
 	(void)mallopt(M_TRIM_THRESHOLD, 128 << 20);
 }
+
+#ifdef FERRYFS_FUZZ
+/* tests/fuzz/fuzz_ctl.c: what `ferryfs status` and `flush --wait` make
+ * of a reply (fs_i.h); the printing goes to stdout, which the fuzzer
+ * closes. 0, or -EPROTO for no JSON object, as call() says. */
+int fs_cli_reply_fuzz(const char *text)
+{
+	json_t *reply = json_loads(text, 0, NULL);
+
+	if (!json_is_object(reply)) {
+		json_decref(reply);
+		return -EPROTO;
+	}
+	if (json_ok(reply)) {
+		print_status(reply);
+		print_progress(reply);
+	}
+	json_decref(reply);
+	return 0;
+}
+#endif
 
 int main(int argc, char *argv[])
 {

@@ -1462,10 +1462,11 @@ int fs_status_get(struct fs *fs, struct fs_status *st)
 static int ctl_handle(void *arg, const char *cmd, char **reply)
 {
 	struct fs *fs = arg;
+	enum fs_ctl_cmd c = fs_ctl_parse(cmd);
 	struct fs_status st;
 	int rc;
 
-	if (!strcmp(cmd, "status")) {
+	if (c == FS_CTL_STATUS) {
 		rc = fs_status_get(fs, &st);
 		if (rc < 0)
 			return rc;
@@ -1474,10 +1475,10 @@ static int ctl_handle(void *arg, const char *cmd, char **reply)
 		return *reply ? 0 : -ENOMEM;
 	}
 	if (fs->jnl)
-		return fs_wb_ctl(fs, cmd, reply);
-	if (!strcmp(cmd, "flush")) {
+		return fs_wb_ctl(fs, c, reply);
+	if (c == FS_CTL_FLUSH) {
 		*reply = fs_reply_flush(0, 0);
-	} else if (!strcmp(cmd, "pause") || !strcmp(cmd, "resume")) {
+	} else if (c == FS_CTL_PAUSE || c == FS_CTL_RESUME) {
 		char msg[128];
 
 		snprintf(msg, sizeof(msg),

@@ -2353,11 +2353,11 @@ int fs_wb_status(struct fs *fs, struct fs_status *st)
 	return conflict_paths(fs, st);
 }
 
-int fs_wb_ctl(struct fs *fs, const char *cmd, char **reply)
+int fs_wb_ctl(struct fs *fs, enum fs_ctl_cmd cmd, char **reply)
 {
 	struct jnl_stats st;
 
-	if (!strcmp(cmd, "flush")) { /* now; `flush --wait` then polls */
+	if (cmd == FS_CTL_FLUSH) { /* now; `flush --wait` then polls */
 		int rc = fs_pt_mark(fs, 0);
 
 		if (rc == 0)
@@ -2369,8 +2369,8 @@ int fs_wb_ctl(struct fs *fs, const char *cmd, char **reply)
 				: fs_reply_flush(st.dirty_bytes +
 							 st.inflight_bytes,
 						 st.pending_ops);
-	} else if (!strcmp(cmd, "pause") || !strcmp(cmd, "resume")) {
-		if (!strcmp(cmd, "pause"))
+	} else if (cmd == FS_CTL_PAUSE || cmd == FS_CTL_RESUME) {
+		if (cmd == FS_CTL_PAUSE)
 			jnl_flusher_pause(fs->fl);
 		else
 			jnl_flusher_resume(fs->fl);

@@ -278,14 +278,8 @@ int jnl_chunk_get(struct jnl *j, MDB_txn *txn, jnl_id id, uint64_t idx,
 
 	if (rc)
 		return jnl_mdb(j, rc);
-	if (v.mv_size != sizeof(*c))
-		goto bad;
-	memcpy(c, v.mv_data, sizeof(*c));
-	if (c->version != JNL_CHUNK_REC_VERSION ||
-	    c->state < JNL_CHUNK_DIRTY || c->state > JNL_CHUNK_FLUSHED)
-		goto bad;
-	return 0;
-bad:
+	if (jnl_chunk_decode(v.mv_data, v.mv_size, c) == 0)
+		return 0;
 	LOG_ERR("journal '%s': bad record of chunk %" PRIu64 "/%" PRIu64,
 		j->dir, id, idx);
 	return jnl_fail(j, -EIO);

@@ -1603,35 +1603,31 @@ static int check_meta(struct jnl *j, MDB_txn *txn,
 	int rc;
 
 	rc = mdb_get(txn, j->db_meta, &k, &v);
-	if (rc == MDB_NOTFOUND || (!rc && v.mv_size < 16)) {
+	if (rc && rc != MDB_NOTFOUND)
+		return open_err(j, rc, "reading meta");
+	rc = rc ? -ENOMSG : jnl_meta_decode(v.mv_data, v.mv_size, m);
+	switch (rc) {
+	case 0:
+		break;
+	case -ENOMSG:
 		set_errmsg("not a ferryfs journal: '%s' has no meta record",
 			   j->dir);
 		return -EPROTO;
-	}
-	if (rc)
-		return open_err(j, rc, "reading meta");
-	memset(m, 0, sizeof(*m));
-	memcpy(m, v.mv_data,
-	       v.mv_size < sizeof(*m) ? v.mv_size : sizeof(*m));
-	if (m->magic == __builtin_bswap32(JNL_MAGIC)) {
+	case -EILSEQ:
 		set_errmsg("journal '%s' was written by a machine of the "
 			   "other byte order", j->dir);
 		return -EPROTO;
-	}
-	if (m->magic != JNL_MAGIC) {
+	case -EBADMSG:
 		set_errmsg("not a ferryfs journal: bad magic in '%s'", j->dir);
 		return -EPROTO;
-	}
-	if (m->format != JNL_FORMAT_VERSION || v.mv_size != sizeof(*m)) {
+	case -EDOM:
+		set_errmsg("journal '%s' has an invalid chunk size %" PRIu32,
+			   j->dir, m->chunk_size);
+		return -EPROTO;
+	default:
 		set_errmsg("journal '%s' has format %" PRIu32 ", this ferryfs "
 			   "reads format %d", j->dir, m->format,
 			   JNL_FORMAT_VERSION);
-		return -EPROTO;
-	}
-	if (m->chunk_size < (64u << 10) || m->chunk_size > (64u << 20) ||
-	    (m->chunk_size & (m->chunk_size - 1))) {
-		set_errmsg("journal '%s' has an invalid chunk size %" PRIu32,
-			   j->dir, m->chunk_size);
 		return -EPROTO;
 	}
 	k.mv_size = 9;

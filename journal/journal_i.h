@@ -610,6 +610,22 @@ int jnl_gc_add(struct jnl *j, jnl_id id, uint64_t first, uint64_t count);
  * -errno. */
 int jnl_sweep(struct jnl *j, jnl_id *from);
 
+/* --- record decoders (rec.c) ---------------------------------------------- */
+
+/* Decode the bytes [p, p + len) of a record as LMDB holds it into *out:
+ * 0, or -EIO if they are no such record (then *out is unspecified). Pure:
+ * they read nothing else and log nothing; the callers log and fail. */
+int jnl_node_decode(const void *p, size_t len, struct jnl_nrec *n);
+int jnl_dentry_decode(const void *p, size_t len, struct jnl_dval *d);
+int jnl_chunk_decode(const void *p, size_t len, struct jnl_chunk_rec *c);
+/* o->seq becomes @seq (the record's key). */
+int jnl_op_decode(const void *p, size_t len, uint64_t seq, struct jnl_orec *o);
+/* The "meta" record (check_meta() at open): 0, or -ENOMSG (under 16
+ * bytes), -EILSEQ (the other byte order), -EBADMSG (bad magic), -EPROTO
+ * (another format or size), -EDOM (a chunk size that is no power of two
+ * in [64 KiB, 64 MiB]); *m holds what was read either way. */
+int jnl_meta_decode(const void *p, size_t len, struct jnl_meta_rec *m);
+
 /* --- nodes (node.c) -------------------------------------------------------- */
 
 int jnl_node_read(struct jnl *j, MDB_txn *txn, jnl_id id,

@@ -67,42 +67,18 @@ int jnl_node_read(struct jnl *j, MDB_txn *txn, jnl_id id, struct jnl_nrec *n)
 {
 	unsigned char kb[8];
 	MDB_val k = { 8, kb }, v;
-	const unsigned char *p;
 	int rc;
-
-	size_t head = sizeof(n->r);
 
 	jnl_be64_put(kb, id);
 	rc = mdb_get(txn, j->db_nodes, &k, &v);
 	if (rc)
 		return jnl_mdb(j, rc);
-	if (v.mv_size < JNL_NODE_REC_V1_SIZE)
-		goto bad;
-	memset(&n->r, 0, sizeof(n->r));
-	memcpy(&n->r, v.mv_data, JNL_NODE_REC_V1_SIZE);
-	if (n->r.version == 1) { /* no base: JNL_BASE_NONE */
-		head = JNL_NODE_REC_V1_SIZE;
-	} else if (n->r.version == 2 && v.mv_size >= JNL_NODE_REC_V2_SIZE) {
-		head = JNL_NODE_REC_V2_SIZE; /* no cut */
-		memcpy(&n->r, v.mv_data, head);
-	} else if (n->r.version == JNL_NODE_REC_VERSION &&
-		 v.mv_size >= sizeof(n->r))
-		memcpy(&n->r, v.mv_data, sizeof(n->r));
-	else
-		goto bad;
-	if (n->r.rname_len > NAME_MAX || n->r.target_len >= PATH_MAX ||
-	    v.mv_size != head + n->r.rname_len + n->r.target_len)
-		goto bad;
-	n->r.version = JNL_NODE_REC_VERSION;
-	p = (const unsigned char *)v.mv_data + head;
-	memcpy(n->rname, p, n->r.rname_len);
-	n->rname[n->r.rname_len] = 0;
-	memcpy(n->target, p + n->r.rname_len, n->r.target_len);
-	n->target[n->r.target_len] = 0;
+	if (jnl_node_decode(v.mv_data, v.mv_size, n) < 0) {
+		LOG_ERR("journal '%s': bad record of node %" PRIu64, j->dir,
+			id);
+		return jnl_fail(j, -EIO);
+	}
 	return 0;
-bad:
-	LOG_ERR("journal '%s': bad record of node %" PRIu64, j->dir, id);
-	return jnl_fail(j, -EIO);
 }
 
 int jnl_node_write(struct jnl *j, MDB_txn *txn, jnl_id id,
@@ -132,9 +108,8 @@ int jnl_dentry_get(struct jnl *j, MDB_txn *txn, jnl_id parent,
 
 	if (rc)
 		return jnl_mdb(j, rc);
-	if (v.mv_size != sizeof(*d))
+	if (jnl_dentry_decode(v.mv_data, v.mv_size, d) < 0)
 		return jnl_fail(j, -EIO);
-	memcpy(d, v.mv_data, sizeof(*d));
 	return 0;
 }
 

@@ -220,28 +220,14 @@ int jnl_op_read(struct jnl *j, MDB_txn *txn, uint64_t seq, struct jnl_orec *o)
 {
 	unsigned char kb[8];
 	MDB_val k = { 8, kb }, v;
-	const char *p;
 	int rc;
 
 	jnl_be64_put(kb, seq);
 	rc = mdb_get(txn, j->db_ops, &k, &v);
 	if (rc)
 		return jnl_mdb(j, rc);
-	if (v.mv_size < sizeof(o->r))
-		goto bad;
-	memcpy(&o->r, v.mv_data, sizeof(o->r));
-	if (o->r.version != JNL_OP_REC_VERSION || o->r.name_len > NAME_MAX ||
-	    o->r.newname_len > NAME_MAX ||
-	    v.mv_size != sizeof(o->r) + o->r.name_len + o->r.newname_len)
-		goto bad;
-	p = (const char *)v.mv_data + sizeof(o->r);
-	memcpy(o->name, p, o->r.name_len);
-	o->name[o->r.name_len] = 0;
-	memcpy(o->newname, p + o->r.name_len, o->r.newname_len);
-	o->newname[o->r.newname_len] = 0;
-	o->seq = seq;
-	return 0;
-bad:
+	if (jnl_op_decode(v.mv_data, v.mv_size, seq, o) == 0)
+		return 0;
 	LOG_ERR("journal '%s': bad record of op %" PRIu64, j->dir, seq);
 	return jnl_fail(j, -EIO);
 }

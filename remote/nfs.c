@@ -1506,6 +1506,16 @@ static int parse_url(const char *url, struct url *u)
 	return 0;
 }
 
+#ifdef FERRYFS_FUZZ
+/* tests/fuzz/fuzz_opts.c: parse_url() alone (remote_i.h) */
+int rmt_nfs_parse_url_fuzz(const char *url)
+{
+	struct url u;
+
+	return parse_url(url, &u);
+}
+#endif
+
 /* --- the share --------------------------------------------------------- */
 
 static const struct rmt_ops nfs_ops;

@@ -204,4 +204,15 @@ int rmt_throttle_wrap(struct rmt *inner, struct rmt_throttle_opts *t,
 /* A driver injected a failure (remote_fault): counted in rmt_counters(). */
 void rmt_count_fault(struct rmt *r);
 
+#ifdef FERRYFS_FUZZ
+/* tests/fuzz/fuzz_opts.c only: the URL parsers of nfs.c and smb.c on
+ * their own (0 or -errno; nothing kept) */
+int rmt_nfs_parse_url_fuzz(const char *url);
+int rmt_smb_parse_url_fuzz(const char *url);
+/* tests/fuzz/fuzz_smb.c only: the two reading ends of smb.c's worker
+ * protocol on the socket @fd (0 or -errno) */
+int rmt_smb_worker_fuzz(int fd, bool conf, const char *base);
+int rmt_smb_reply_fuzz(int fd, bool dyn);
+#endif
+
 #endif

@@ -1386,19 +1386,18 @@ static int srmt_statfs(struct rmt *r, struct statvfs *sv)
 			 NULL, NULL);
 }
 
-/* The names in @path, SET_ASIDE ones too with @aside. */
-static int list_dir(struct srmt *s, const char *path, bool aside,
-		    rmt_dirent_fn fn, void *arg)
+/* Call @fn for each entry of the READDIR listing [@list, @list + @len)
+ * (pack_dirent()), SET_ASIDE names too with @aside: 0, @fn's first
+ * non-zero answer, or -EIO at an entry that overruns the listing. */
+static int listing_walk(const char *list, size_t len, bool aside,
+			rmt_dirent_fn fn, void *arg)
 {
-	struct req q = { .op = OP_READDIR };
 	char name[NAME_MAX + 1];
-	void *list = NULL;
-	size_t len = 0, pos = 0;
-	int rc;
+	size_t pos = 0;
+	int rc = 0;
 
-	rc = (int)call(s, &q, path, NULL, NULL, 0, NULL, 0, &list, &len);
 	while (rc == 0 && pos + 3 <= len) {
-		const char *p = (const char *)list + pos;
+		const char *p = list + pos;
 		struct stat st;
 		uint16_t nl;
 		bool have;
@@ -1407,10 +1406,14 @@ static int list_dir(struct srmt *s, const char *path, bool aside,
 		have = p[2];
 		p += 3;
 		if (nl > NAME_MAX ||
-		    pos + 3 + (have ? sizeof(st) : 0) + nl > len) {
-			rc = -EIO;
-			break;
-		}
+#if FUZZ_PLANT
+		    /* planted for tests/fuzz (fuzz_plant_smb): an entry may
+		     * overrun the listing by one byte */
+		    pos + 3 + (have ? sizeof(st) : 0) + nl > len + 1)
+#else
+		    pos + 3 + (have ? sizeof(st) : 0) + nl > len)
+#endif
+			return -EIO;
 		if (have) {
 			memcpy(&st, p, sizeof(st));
 			p += sizeof(st);
@@ -1422,6 +1425,21 @@ static int list_dir(struct srmt *s, const char *path, bool aside,
 			continue; /* an unlinked file still open */
 		rc = fn(name, have ? &st : NULL, arg);
 	}
+	return rc;
+}
+
+/* The names in @path, SET_ASIDE ones too with @aside. */
+static int list_dir(struct srmt *s, const char *path, bool aside,
+		    rmt_dirent_fn fn, void *arg)
+{
+	struct req q = { .op = OP_READDIR };
+	void *list = NULL;
+	size_t len = 0;
+	int rc;
+
+	rc = (int)call(s, &q, path, NULL, NULL, 0, NULL, 0, &list, &len);
+	if (rc == 0)
+		rc = listing_walk(list, len, aside, fn, arg);
 	free(list);
 	return rc;
 }
@@ -2204,7 +2222,13 @@ static int parse_url(const char *url, struct conf *cf)
 	}
 	cf->server = strndup(host, hlen);
 	/* base: smb://HOST/ + the path with '/' runs collapsed */
+#if FUZZ_PLANT
+	/* planted for tests/fuzz (fuzz_plant_opts): no room for the NUL of
+	 * a path with nothing to collapse */
+	blen = 6 + hlen + strlen(slash);
+#else
 	blen = 6 + hlen + strlen(slash) + 1;
+#endif
 	cf->base = b = malloc(blen);
 	if (!cf->server || !b)
 		return -ENOMEM;
@@ -2235,6 +2259,19 @@ static int parse_url(const char *url, struct conf *cf)
 	}
 	return 0;
 }
+
+#ifdef FERRYFS_FUZZ
+/* tests/fuzz/fuzz_opts.c: parse_url() alone (remote_i.h) */
+int rmt_smb_parse_url_fuzz(const char *url)
+{
+	struct conf cf = { 0 };
+	int rc = parse_url(url, &cf);
+
+	free(cf.server);
+	free(cf.base);
+	return rc;
+}
+#endif
 
 /* Trim spaces at both ends of [*s, *s + *n). */
 static void trim(const char **s, size_t *n)
@@ -2520,3 +2557,70 @@ out_s:
 	free(o.credentials);
 	return rc;
 }
+
+#ifdef FERRYFS_FUZZ
+/* tests/fuzz/fuzz_smb.c: the decoding ends of the worker protocol, each
+ * reading the bytes a peer wrote into the socket @fd (remote_i.h). */
+
+/* The worker's: the conf (recv_conf()), then requests (worker_read_req())
+ * until one is refused or the stream ends. The requests' URLs are made
+ * from @base. */
+int rmt_smb_worker_fuzz(int fd, bool conf, const char *base)
+{
+	struct conf cf = { 0 };
+	struct worker w = { .cf = &cf, .fd = fd, .parent = getppid() };
+	struct req q;
+	int rc = 0, i;
+
+	if (conf) {
+		rc = recv_conf(fd, &cf);
+		conf_release(&cf);
+		return rc;
+	}
+	cf.base = (char *)base;
+	w.url_size = strlen(base) + 3 * PATH_MAX + 2;
+	w.url1 = malloc(w.url_size);
+	w.url2 = malloc(w.url_size);
+	if (!w.url1 || !w.url2 || buf_need(&w, PATH_MAX) < 0) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (i = 0; i < 64 && rc == 0; i++)
+		rc = worker_read_req(&w, &q);
+out:
+	free(w.url1);
+	free(w.url2);
+	free(w.buf);
+	return rc;
+}
+
+static int count_entry(const char *name, const struct stat *st, void *arg)
+{
+	(void)st;
+	*(size_t *)arg += strlen(name);
+	return 0;
+}
+
+/* The parent's: one reply read by exchange() (after sending a request of
+ * no paths), into a struct stat's room (@dyn false) or a buffer of its
+ * size (@dyn true) walked as a READDIR listing (listing_walk()). */
+int rmt_smb_reply_fuzz(int fd, bool dyn)
+{
+	struct req q = { .op = OP_READDIR };
+	struct iovec iov = { &q, sizeof(q) };
+	struct rep rep;
+	struct stat st;
+	void *list = NULL;
+	size_t len = 0, names = 0;
+	int rc;
+
+	if (!dyn)
+		return exchange(fd, &iov, 1, &rep, &st, sizeof(st), NULL,
+				NULL);
+	rc = exchange(fd, &iov, 1, &rep, NULL, 0, &list, &len);
+	if (rc == 0 && rep.rc == 0)
+		rc = listing_walk(list, len, false, count_entry, &names);
+	free(list);
+	return rc;
+}
+#endif
