@@ -303,16 +303,25 @@ def oracle(ref, res, crashed_at, share_snap, mount_snap, flush_rc, status,
 
 def mixed_ok(ref, k, p, lo, got):
     """Is @got (bytes of file @p) the size of some states[c][k], lo <= c
-    <= k, with each byte that of c or of a later c2 <= k that has it (its
-    data writes kept)? A kill after a write whose mark was lost, into a
-    chunk an earlier committed mark covers, leaves the staging file's
-    newer bytes inside the earlier size: written in place, as ext4
-    data=ordered overwrites blocks in place (README "What survives")."""
+    <= k, with each byte that of c or of a later state that has it: a
+    later c2 <= k of the same prefix, or any state of a longer prefix k2
+    > k, at the path that inode has there? A kill after a write whose
+    mark was lost, into a chunk an earlier committed mark covers, leaves
+    the staging file's newer bytes inside the earlier size, and the
+    namespace changes between them may be lost too: written in place, as
+    ext4 data=ordered overwrites blocks in place (README "What
+    survives")."""
+    ino = ref.ino_at[k].get(p)
     for c in range(lo, k + 1):
         base = ref.data[c][k].get(p)
         if base is None or len(base) != len(got):
             continue
         later = [ref.data[c2][k].get(p) or b"" for c2 in range(c + 1, k + 1)]
+        for k2 in range(k + 1, len(ref.ino_at)):
+            for p2, i2 in ref.ino_at[k2].items():
+                if ino is not None and i2 == ino:
+                    later += [ref.data[c2][k2].get(p2) or b""
+                              for c2 in range(0, k2 + 1)]
         if all(g == base[i] or any(i < len(d) and d[i] == g for d in later)
                for i, g in enumerate(got)):
             return True
