@@ -96,7 +96,7 @@ smb)
 esac
 if [[ $target != agent ]]; then
 	for a in remote/libremote.a agent/libagent.a util/libutil.a \
-		util/libcrash.a; do
+		util/libcrash.a util/libnotify.a; do
 		if [[ ! -f "$build/$a" ]]; then
 			echo "fuzz.sh: no '$build/$a': build the tree first" \
 				"(or set FERRYFS_BUILD)" >&2
@@ -108,7 +108,8 @@ if [[ $target != agent ]]; then
 		"$build/journal/libjournal.a" "$build/cache/libcache.a"
 		"$build/remote/libremote.a"
 		"$build/agent/libagent.a" "$build/util/libutil.a"
-		"$build/util/libcrash.a" -Wl,--end-group
+		"$build/util/libcrash.a" "$build/util/libnotify.a"
+		-Wl,--end-group
 		$(pkg-config --libs fuse3 libnfs smbclient jansson lmdb liburing)
 		-lcrypto -lpthread)
 fi
