@@ -15,6 +15,8 @@
 # Prints "ok N - name" / "not ok N - name: detail", then "N passed,
 # M failed". Exit 1 on failure, 77 without bash-completion.
 set -u
+# shellcheck source=tests/pkg/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 if [ $# -ne 1 ]; then
 	echo "usage: completion_check.sh FERRYFS" >&2
@@ -32,17 +34,6 @@ trap 'rm -rf "$T"' EXIT
 mkdir "$T/bin"
 ln -s "$FERRYFS" "$T/bin/ferryfs"
 
-n=0
-nfail=0
-ok() {
-	n=$((n + 1))
-	echo "ok $n - $1"
-}
-notok() {
-	n=$((n + 1))
-	nfail=$((nfail + 1))
-	echo "not ok $n - $1: $2"
-}
 # same WANT GOT: the two word lists as sets
 same() { [ "$(tr -s ' ' '\n' <<<"$1" | sed '/^$/d' | sort -u)" = "$(tr -s ' ' '\n' <<<"$2" | sed '/^$/d' | sort -u)" ]; }
 
@@ -102,5 +93,4 @@ flags=$(grep -oE -- '^ +-[a-zA-Z](, --[a-z-]+)?' "$T/help" | tr ',' '\n' |
 	tr -d ' ' | sort -u | tr '\n' ' ')
 t "ferryfs -<TAB>: the flags of --help" "$flags" ferryfs mount -
 
-echo "$((n - nfail)) passed, $nfail failed"
-[ "$nfail" = 0 ]
+tally

@@ -26,6 +26,8 @@
 # without root, /dev/fuse, dpkg/apt-get, or when ferryfs or ferry-agent
 # is installed already (not ours to replace).
 set -u
+# shellcheck source=tests/pkg/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 if [ $# -ne 1 ]; then
 	echo "usage: it_package.sh BUILD_DIR" >&2
@@ -65,22 +67,6 @@ mkdir -p "$R" "$M"
 export DEBIAN_FRONTEND=noninteractive
 APT=(apt-get -q -y -o Dpkg::Use-Pty=0 -o APT::Color=0)
 
-n=0
-nfail=0
-ok() {
-	n=$((n + 1))
-	echo "ok $n - $1"
-}
-notok() {
-	n=$((n + 1))
-	nfail=$((nfail + 1))
-	echo "not ok $n - $1: $2"
-}
-check() {
-	local name=$1 detail=$2
-	shift 2
-	if "$@"; then ok "$name"; else notok "$name" "$detail"; fi
-}
 cleanup() {
 	umount "$M" 2>/dev/null
 	for p in $(pgrep -f -- "ferryfs mount $R " 2>/dev/null); do
@@ -94,8 +80,7 @@ cleanup() {
 }
 trap cleanup EXIT
 finish() {
-	echo "$((n - nfail)) passed, $nfail failed"
-	[ "$nfail" = 0 ]
+	tally
 	exit
 }
 field() { findmnt -n -o "$2" --mountpoint "$1" 2>/dev/null | tail -n 1; }

@@ -35,6 +35,8 @@
 # M failed". Exit 1 on failure, 77 without root, /dev/fuse, unshare,
 # overlayfs, systemd-analyze, python3 or setpriv.
 set -u
+# shellcheck source=tests/pkg/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 if [ "${1:-}" != --inner ]; then
 	if [ $# -ne 1 ]; then
@@ -51,36 +53,7 @@ if [ "${1:-}" != --inner ]; then
 			exit 77
 		fi
 	done
-	if [ ! -c /dev/fuse ]; then
-		echo "# skip: no /dev/fuse"
-		exit 77
-	fi
-	modprobe overlay 2>/dev/null || true
-	if ! grep -qw overlay /proc/filesystems; then
-		echo "# skip: no overlayfs"
-		exit 77
-	fi
-	if ! unshare --mount --propagation private true 2>/dev/null; then
-		echo "# skip: no private mount namespace (unshare)"
-		exit 77
-	fi
-	T=$(mktemp -d /tmp/ferryfs-units.XXXXXX) || exit 1
-	chmod 0755 "$T"
-	if ! DESTDIR=$T/root cmake --install "$1" --prefix /usr >"$T/install.log" 2>&1; then
-		cat "$T/install.log"
-		echo "not ok 1 - cmake --install into a DESTDIR"
-		echo "0 passed, 1 failed"
-		rm -rf "$T"
-		exit 1
-	fi
-	unshare --mount --propagation private -- "$0" --inner "$T"
-	rc=$?
-	for p in $(pgrep -f -- "$T/" 2>/dev/null); do
-		echo "# process $p left running: killed"
-		kill -9 "$p" 2>/dev/null
-	done
-	rm -rf "$T"
-	exit "$rc"
+	pkg_ns_run units "$1" "$0" ""
 fi
 
 # --- inside the private mount namespace -------------------------------------
@@ -92,27 +65,10 @@ J=$T/journal
 A=$T/export # the agent's root
 mkdir -p "$R" "$M" "$A" "$T/verify"
 
-n=0
-nfail=0
-ok() {
-	n=$((n + 1))
-	echo "ok $n - $1"
-}
-notok() {
-	n=$((n + 1))
-	nfail=$((nfail + 1))
-	echo "not ok $n - $1: $2"
-}
-check() {
-	local name=$1 detail=$2
-	shift 2
-	if "$@"; then ok "$name"; else notok "$name" "$detail"; fi
-}
 finish() {
 	umount "$M" 2>/dev/null
 	[ -n "${agent_pid:-}" ] && kill "$agent_pid" 2>/dev/null
-	echo "$((n - nfail)) passed, $nfail failed"
-	[ "$nfail" = 0 ]
+	tally
 	exit
 }
 field() { findmnt -n -o "$2" --mountpoint "$1" 2>/dev/null | tail -n 1; }

@@ -16,6 +16,8 @@
 # Prints "ok N - name" / "not ok N - name: detail", then "N passed,
 # M failed". Exit 1 on failure, 77 without mandoc or man.
 set -u
+# shellcheck source=tests/pkg/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 if [ $# -ne 2 ]; then
 	echo "usage: man_check.sh FERRYFS FERRY_AGENT" >&2
@@ -34,17 +36,6 @@ done
 # not list (fuse_session_new() and mount(2) take them)
 LIBFUSE_MOUNT_OPTS="ro nosuid nodev noexec noatime fsname"
 
-n=0
-nfail=0
-ok() {
-	n=$((n + 1))
-	echo "ok $n - $1"
-}
-notok() {
-	n=$((n + 1))
-	nfail=$((nfail + 1))
-	echo "not ok $n - $1: $2"
-}
 
 T=$(mktemp -d /tmp/ferryfs-man.XXXXXX) || exit 1
 trap 'rm -rf "$T"' EXIT
@@ -174,5 +165,4 @@ sort -u "$T/ahelp.opts" "$T/asrc.opts" >"$T/aknown"
 none_missing "ferry-agent.8 documents no option ferry-agent does not take" \
 	unknown "$T/aman.opts" "$T/aknown"
 
-echo "$((n - nfail)) passed, $nfail failed"
-[ "$nfail" = 0 ]
+tally
