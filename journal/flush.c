@@ -223,7 +223,7 @@ struct stream {
 		jnl_id id;
 		uint64_t size;
 		struct timespec mtime;
-		bool cut;              /* and its cut (jnl_node_cut_done()) */
+		bool cut;              /* and its cut (jnl_node_send_done()) */
 		uint64_t rcut;
 	} batch_base[OPQ_BATCH];
 	unsigned char *buf, *vbuf;     /* chunk size each; vbuf if verifying */
@@ -1906,10 +1906,8 @@ static int replay_attrs(struct stream *s, const struct jnl_op *op,
 			s->batch_base[s->batch_at].rcut = n->remote_cut;
 		} else {
 			rc = jnl_node_send_done(f->j, n->id, n->size,
-						&n->mtime);
-			if (!rc && cut)
-				rc = jnl_node_cut_done(f->j, n->id,
-						       n->remote_cut);
+						&n->mtime,
+						cut ? &n->remote_cut : NULL);
 			if (rc)
 				*fault = F_JOURNAL;
 		}
@@ -2244,13 +2242,11 @@ static void replay_batch_part(struct stream *s, struct jnl_op *ops, int n,
 			if (!s->batch_base[i].owed || groups != n || rc[i] ||
 			    grc[i])
 				continue; /* a redo records it */
-			rc[i] = jnl_node_send_done(f->j, s->batch_base[i].id,
-						   s->batch_base[i].size,
-						   &s->batch_base[i].mtime);
-			if (!rc[i] && s->batch_base[i].cut)
-				rc[i] = jnl_node_cut_done(
-					f->j, s->batch_base[i].id,
-					s->batch_base[i].rcut);
+			rc[i] = jnl_node_send_done(
+				f->j, s->batch_base[i].id,
+				s->batch_base[i].size, &s->batch_base[i].mtime,
+				s->batch_base[i].cut ? &s->batch_base[i].rcut
+						     : NULL);
 			if (rc[i])
 				fault[i] = F_JOURNAL;
 		}

@@ -149,7 +149,7 @@
  *     SETATTR op. While CUT, the node is not claimable: no chunk of it
  *     goes out. The next size replay (that SETATTR, or a FINISH) first
  *     sets the remote's size to rcut, then the node's size; then
- *     jnl_node_cut_done() clears CUT unless rcut moved meanwhile. So the
+ *     jnl_node_send_done() clears CUT unless rcut moved meanwhile. So the
  *     remote's bytes past a shrink (its own, or chunks flushed before it)
  *     are gone before a grow could expose them: in [rvalid, size), bytes
  *     without a chunk record are zeros on the remote as in the merged

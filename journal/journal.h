@@ -253,7 +253,7 @@ enum jnl_node_flags {
 	JNL_NODE_CUT = 1 << 7,        /* shrunk here: the remote's bytes from
 					 remote_cut on are not its content;
 					 no chunk goes out until a size replay
-					 cut them (jnl_node_cut_done()) */
+					 cut them (jnl_node_send_done()) */
 };
 
 /*
@@ -734,15 +734,14 @@ int jnl_node_send_begin(struct jnl *j, jnl_id id, uint64_t seq,
 			const struct jnl_chunk_ref *c, const struct stat *st);
 /* FINISH of @id, or a SETATTR with a size (both set the mtime), is
  * applied on the remote while no stream writes its chunks: the base is
- * SET to @size and @mtime. A no-op for a node that is not tracked.
+ * SET to @size and @mtime (nothing for a node that is not tracked). With
+ * @rcut, the replay cut the remote file there first (the node's
+ * remote_cut, read with JNL_NODE_CUT set): unless a shrink lowered
+ * remote_cut meanwhile, JNL_NODE_CUT is cleared and the node's chunks
+ * are claimable again (journal.c invariant 19). One change for both.
  * Errors: -ENOENT, -EIO. */
 int jnl_node_send_done(struct jnl *j, jnl_id id, uint64_t size,
-		       const struct timespec *mtime);
-/* A size replay of @id cut the remote file at @rcut (the node's
- * remote_cut, read with JNL_NODE_CUT set) before setting its size: unless
- * a shrink lowered remote_cut meanwhile, JNL_NODE_CUT is cleared and its
- * chunks are claimable again (journal.c invariant 19). Errors: -EIO. */
-int jnl_node_cut_done(struct jnl *j, jnl_id id, uint64_t rcut);
+		       const struct timespec *mtime, const uint64_t *rcut);
 
 /*
  * The conversion of a conflict, in one transaction: node @id (base SET

@@ -1475,9 +1475,10 @@ out_free:
 }
 
 int jnl_node_send_done(struct jnl *j, jnl_id id, uint64_t size,
-		       const struct timespec *mtime)
+		       const struct timespec *mtime, const uint64_t *rcut)
 {
 	struct jnl_nrec *n = malloc(sizeof(*n));
+	bool changed = false;
 	struct jnl_wtx w;
 	int rc;
 
@@ -1487,52 +1488,28 @@ int jnl_node_send_done(struct jnl *j, jnl_id id, uint64_t size,
 	if (rc)
 		goto out_free;
 	rc = jnl_node_read(j, w.txn, id, n);
-	if (rc || n->r.bstate == JNL_BASE_NONE) {
+	if (rc) {
 		jnl_wtx_abort(&w);
 		goto out_free;
 	}
-	n->r.bstate = JNL_BASE_SET;
-	n->r.bsize = size;
-	ts_set(&n->r.bmtime_sec, &n->r.bmtime_nsec, mtime);
-	n->r.bseq++;
-	rc = jnl_node_write(j, w.txn, id, n);
-	if (rc)
-		jnl_wtx_abort(&w);
-	else
-		rc = jnl_wtx_commit(&w);
-out_free:
-	free(n);
-	return rc;
-}
-
-int jnl_node_cut_done(struct jnl *j, jnl_id id, uint64_t rcut)
-{
-	struct jnl_nrec *n = malloc(sizeof(*n));
-	struct jnl_wtx w;
-	int rc;
-
-	if (!n)
-		return -ENOMEM;
-	rc = jnl_wtx_begin(j, &w, false);
-	if (rc)
-		goto out_free;
-	rc = jnl_node_read(j, w.txn, id, n);
-	if (rc == -ENOENT || (!rc && (!(n->r.flags & JNL_NODE_CUT) ||
-				      n->r.rcut != rcut))) {
-		/* gone, or shrunk lower meanwhile: a later replay cuts */
-		jnl_wtx_abort(&w);
-		rc = 0;
-		goto out_free;
+	if (n->r.bstate != JNL_BASE_NONE) {
+		n->r.bstate = JNL_BASE_SET;
+		n->r.bsize = size;
+		ts_set(&n->r.bmtime_sec, &n->r.bmtime_nsec, mtime);
+		n->r.bseq++;
+		changed = true;
 	}
-	if (!rc) {
+	/* the cut: unless shrunk lower meanwhile (a later replay cuts) */
+	if (rcut && (n->r.flags & JNL_NODE_CUT) && n->r.rcut == *rcut) {
 		n->r.flags &= ~(uint32_t)JNL_NODE_CUT;
 		n->r.rcut = 0;
 		if (jnl_node_claimable(&n->r))
 			rc = jnl_chunks_enqueue(&w, id, n, true);
+		changed = true;
 	}
-	if (!rc)
+	if (!rc && changed)
 		rc = jnl_node_write(j, w.txn, id, n);
-	if (rc)
+	if (rc || !changed)
 		jnl_wtx_abort(&w);
 	else
 		rc = jnl_wtx_commit(&w);

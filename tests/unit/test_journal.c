@@ -3376,13 +3376,13 @@ static void test_journal__conflict_base_tracking(void **state)
 	reopen(fx);
 	assert_int_equal(node_of(fx->j, f).base, JNL_BASE_SENDING);
 	/* FINISH applied: the base is what it set */
-	assert_rc_ok(jnl_node_send_done(fx->j, f, 4096, &mt));
+	assert_rc_ok(jnl_node_send_done(fx->j, f, 4096, &mt, NULL));
 	n = node_of(fx->j, f);
 	assert_int_equal(n.base, JNL_BASE_SET);
 	assert_int_equal(n.base_size, 4096);
 	assert_int_equal(n.base_mtime.tv_sec, mt.tv_sec);
 	assert_int_equal(n.base_mtime.tv_nsec, mt.tv_nsec);
-	assert_rc_ok(jnl_node_send_done(fx->j, l, 1, &mt)); /* untracked */
+	assert_rc_ok(jnl_node_send_done(fx->j, l, 1, &mt, NULL)); /* untracked */
 	assert_int_equal(node_of(fx->j, l).base, JNL_BASE_NONE);
 
 	/* a refresh (nothing pending) takes the remote as the base */
